@@ -1,0 +1,23 @@
+import os
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "default", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci", deadline=None, max_examples=40, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """Every device this machine has: tests using it run on CPU and, where present, CUDA."""
+    return torch.device(request.param)
