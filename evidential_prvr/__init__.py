@@ -8,9 +8,28 @@ hyperparameters, presets and named outputs.
 from evidential_prvr import functional
 
 # Inter-video evidential learning (Holmes §3.2)
+from evidential_prvr.dempster_shafer import DempsterShaferFusion, DempsterShaferOutput
+from evidential_prvr.identification import (
+    BranchIdentification,
+    Identification,
+    QueryType,
+    UncertaintyGuidedIdentifier,
+)
+from evidential_prvr.inter_video_loss import EvidentialRetrievalLoss, InterVideoLossDetails
 
 # Flexible optimal transport and intra-video evidential learning (Holmes §3.3)
+from evidential_prvr.batching import IntraVideoBatch, build_intra_video_batch
+from evidential_prvr.flexible_ot import FlexibleOT, FlexibleOTResult, POTProblem
+from evidential_prvr.intra_video_loss import IntraVideoEvidentialLoss, IntraVideoLossDetails
 
 # Basic retrieval objectives (Holmes App. B.1) and metrics
+from evidential_prvr import metrics
+from evidential_prvr.base_losses import (
+    BaseRetrievalLoss,
+    BaseRetrievalLossOutput,
+    InfoNCELoss,
+    QueryDiversityLoss,
+    TripletRankingLoss,
+)
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ __all__ = [
     "check_choice",
     "check_positive_int",
     "compute_dtype",
+    "check_index_vector",
 ]
 
 
@@ -92,3 +93,22 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     if x.dtype in (torch.float16, torch.bfloat16):
         return torch.float32
     return x.dtype if x.is_floating_point() else torch.get_default_dtype()
+
+
+def check_index_vector(x: object, name: str, *, length: int, upper: int) -> None:
+    """Raise unless ``x`` is a 1-D integer tensor of ``length`` entries, each in ``[0, upper)``."""
+    check_tensor(x, name, ndim=1)
+    assert isinstance(x, torch.Tensor)
+    if x.dtype in (torch.bool,) or x.is_floating_point() or x.is_complex():
+        raise TypeError(f"{name} must have an integer dtype, got {x.dtype}")
+    if x.shape[0] != length:
+        raise ValueError(f"{name} must have {length} entries, got shape {tuple(x.shape)}")
+    if length and (bool((x < 0).any()) or bool((x >= upper).any())):
+        low, high = int(x.min()), int(x.max())
+        raise ValueError(f"{name} must hold indices in [0, {upper}), got values in [{low}, {high}]")
+
+
+def check_square(x: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` unless ``x`` is a square 2-D tensor (e.g. a cost with positives on the diagonal)."""
+    if x.dim() != 2 or x.shape[0] != x.shape[1]:
+        raise ValueError(f"{name} must be a square [B, B] matrix (positives on the diagonal), got shape {tuple(x.shape)}")

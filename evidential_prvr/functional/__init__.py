@@ -1,9 +1,36 @@
 """Pure tensor functions: one per equation, typed, stateless and free of I/O."""
 
 # Evidence, opinions and uncertainties (Holmes Eq. 3-18)
+from evidential_prvr.functional.dempster_shafer import ds_combine, ds_conflict
+from evidential_prvr.functional.dirichlet_loss import dirichlet_mse_loss
+from evidential_prvr.functional.evidence import Opinion, evidence, expected_entropy, label_consistency, opinion
+from evidential_prvr.functional.targets import correctly_matched, normalized_target, positive_mask
 
 # Entropic optimal transport (Holmes Eq. 19-20, App. B.5)
+from evidential_prvr.functional.sinkhorn import kernel_range_bound, select_sinkhorn_method, sinkhorn
 
 # Basic retrieval losses (Holmes App. B.1)
+from evidential_prvr.functional.retrieval_losses import (
+    info_nce_loss,
+    query_diversity_loss,
+    triplet_ranking_loss,
+)
 
 # Gaussian embeddings (DAB, HUD)
+from evidential_prvr.probabilistic.dab_functional import (
+    bridge_step_sizes,
+    combine_video_log_variances,
+    pac_loss,
+    sinusoidal_time_embedding,
+)
+from evidential_prvr.probabilistic.gaussian import (
+    kl_margin,
+    pairwise_gaussian_kl,
+    pairwise_wasserstein2,
+    reparameterised_sample,
+)
+from evidential_prvr.probabilistic.hud_functional import (
+    batch_classification_loss,
+    biased_max_similarity,
+    holistic_atomistic_consistency_loss,
+)

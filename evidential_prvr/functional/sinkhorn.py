@@ -1,0 +1,282 @@
+"""Batched, masked entropic optimal transport by Sinkhorn iterations (Holmes Eq. 19, App. B.5).
+
+One call solves B independent problems of the same padded size ``[n, m]``. Rows or columns whose
+marginal mass is zero are *masked*: they take no part in the problem and their plan entries are
+exactly zero, so problems with different numbers of valid rows and columns share one batch.
+
+Two numerically different but mathematically identical iteration schemes are offered:
+
+* ``"log"``: the potentials are updated with ``logsumexp`` over the whole ``[B, n, m]`` tensor
+  (stable for any :math:`\\varepsilon` and similarity range);
+* ``"kernel"``: the same log-potentials, but each log-sum-exp is evaluated as
+  :math:`c^\\star + v^\\star + \\log(K\\,e^{v - v^\\star})` with the kernel
+  :math:`K = e^{C - c^\\star}` computed once, so that an iteration costs one batched matrix-vector
+  product instead of an exponential of the whole tensor. It is exact (no underflow) whenever
+  :math:`R = \\max C - \\min C` over the valid entries of each problem is below
+  :data:`kernel_range_bound` of the dtype, because every sum then holds a term
+  :math:`\\geq e^{-R}`, above the smallest normal number.
+
+``method="auto"`` picks ``"kernel"`` when that bound holds for every problem of the batch (one
+host synchronisation before the loop, none inside it) and ``"log"`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from evidential_prvr._checks import (
+    check_choice,
+    check_positive,
+    check_positive_int,
+    check_tensor,
+    compute_dtype,
+)
+
+__all__ = ["SINKHORN_METHODS", "SINKHORN_GRADS", "kernel_range_bound", "select_sinkhorn_method", "sinkhorn"]
+
+SINKHORN_METHODS = ("auto", "log", "kernel")
+"""Iteration schemes of :func:`sinkhorn`."""
+
+SINKHORN_GRADS = ("detach", "autodiff")
+"""Gradient modes of :func:`sinkhorn`: stop-gradient plan, or backpropagation through the iterations."""
+
+_KERNEL_SAFETY = 0.9
+
+
+def kernel_range_bound(dtype: torch.dtype) -> float:
+    """Largest range :math:`\\max C - \\min C` of ``scores / epsilon`` the kernel path accepts.
+
+    It is 90% of :math:`-\\log(\\text{smallest normal})` of ``dtype``: about 78.6 in float32 and
+    637 in float64. Within it every kernel entry :math:`e^{C - \\max C}` and every sum the kernel
+    path takes stays a normal floating-point number.
+    """
+    return _KERNEL_SAFETY * -math.log(torch.finfo(dtype).tiny)
+
+
+def _fill_invalid(scores: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Replace masked entries by the problem's valid minimum; also return the valid min and max."""
+    inf = torch.tensor(float("inf"), dtype=scores.dtype, device=scores.device)
+    low = torch.where(valid, scores, inf).amin(dim=(1, 2), keepdim=True)
+    high = torch.where(valid, scores, -inf).amax(dim=(1, 2), keepdim=True)
+    # problems without any valid entry (handled as all-zero plans) get a harmless range of 0
+    low = torch.where(torch.isfinite(low), low, torch.zeros_like(low))
+    high = torch.where(torch.isfinite(high), high, low)
+    return torch.where(valid, scores, low), low, high
+
+
+def select_sinkhorn_method(
+    scores: torch.Tensor, epsilon: float, a: torch.Tensor | None = None, b: torch.Tensor | None = None
+) -> str:
+    """The iteration scheme ``method="auto"`` uses for this batch: ``"kernel"`` or ``"log"``.
+
+    ``"kernel"`` is returned when, for every problem of the batch, the range of ``scores / epsilon``
+    over its valid entries (rows with ``a > 0``, columns with ``b > 0``; all entries when ``a``/``b``
+    are omitted) is at most :func:`kernel_range_bound` of the compute dtype. This costs one host
+    synchronisation.
+    """
+    check_tensor(scores, "scores", ndim=3, floating=True)
+    check_positive(epsilon, "epsilon")
+    dtype = compute_dtype(scores)
+    x = scores.detach().to(dtype)
+    valid = torch.ones_like(x, dtype=torch.bool)
+    if a is not None:
+        valid = valid & (a > 0).unsqueeze(2)
+    if b is not None:
+        valid = valid & (b > 0).unsqueeze(1)
+    _, low, high = _fill_invalid(x, valid)
+    spread = float((high - low).max()) / epsilon if x.shape[0] else 0.0
+    return "kernel" if spread <= kernel_range_bound(dtype) else "log"
+
+
+def _check_marginal(x: object, name: str, batch: int, size: int) -> None:
+    check_tensor(x, name, ndim=2, floating=True)
+    if tuple(x.shape) != (batch, size):
+        raise ValueError(f"{name} must have shape {(batch, size)} to match scores, got {tuple(x.shape)}")
+    if not bool(torch.isfinite(x).all()) or bool((x < 0).any()):
+        raise ValueError(f"{name} must be finite and non-negative (0 marks a masked entry)")
+
+
+def sinkhorn(
+    scores: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    epsilon: float,
+    n_iters: int = 50,
+    tol: float | None = None,
+    method: str = "auto",
+    grad: str = "autodiff",
+    check_every: int = 10,
+) -> torch.Tensor:
+    """Entropic optimal transport plans of a batch of masked problems (Holmes Eq. 19, 28-34).
+
+    Solves, for every problem :math:`k` of the batch,
+
+    .. math::
+
+        \\mathbf{P}^\\star = \\arg\\max_{\\mathbf{P} \\geq 0,\\ \\mathbf{P}\\mathbf{1} = \\mathbf{a},\\
+        \\mathbf{P}^\\top\\mathbf{1} = \\mathbf{b}} \\langle \\mathbf{P}, \\mathbf{S} \\rangle
+        + \\varepsilon H(\\mathbf{P}), \\qquad H(\\mathbf{P}) = -\\sum_{ij} P_{ij} \\log P_{ij},
+
+    i.e. POT's ``ot.sinkhorn(a, b, M=-S, reg=epsilon)``, with the Sinkhorn fixed point of App. B.5
+    (Eq. 34) written on log-potentials :math:`f, g` and :math:`C = \\mathbf{S}/\\varepsilon`:
+
+    .. math::
+
+        f_i \\leftarrow \\log a_i - \\log\\sum_j e^{C_{ij} + g_j}, \\qquad
+        g_j \\leftarrow \\log b_j - \\log\\sum_i e^{C_{ij} + f_i}, \\qquad
+        P_{ij} = e^{C_{ij} + f_i + g_j}.
+
+    Each iteration updates :math:`f` (rows) and then :math:`g` (columns), starting from zero
+    potentials, exactly as POT's ``ot.batch`` log-Sinkhorn; after any number of iterations the
+    column marginals hold to rounding and the row marginals converge.
+
+    Parameters
+    ----------
+    scores : torch.Tensor
+        Gains :math:`\\mathbf{S}` ``[B, n, m]`` to maximise (a similarity, i.e. minus a cost). Entries
+        in masked rows or columns are ignored and may hold any value, even NaN.
+    a : torch.Tensor
+        Row marginals ``[B, n]``, non-negative; 0 masks the row.
+    b : torch.Tensor
+        Column marginals ``[B, m]``, non-negative; 0 masks the column. For every problem with both a
+        valid row and a valid column, ``a`` and ``b`` must have the same total mass (to 1e-5
+        relative, or 8 machine epsilons of a half-precision marginal). Problems with no valid row
+        or no valid column get an all-zero plan.
+    epsilon : float
+        Entropic regularisation :math:`\\varepsilon > 0`.
+    n_iters : int
+        Number of Sinkhorn iterations (upper bound when ``tol`` is given).
+    tol : float or None
+        If given, stop early once the largest L1 violation of the row marginals over the batch is
+        ``<= tol``. It is checked every ``check_every`` iterations only, so the loop synchronises
+        with the host once per ``check_every`` iterations; with ``None`` it never does.
+    method : {"auto", "log", "kernel"}
+        Iteration scheme (see the module documentation); ``"auto"`` picks ``"kernel"`` where it is
+        provably safe (:func:`select_sinkhorn_method`). Forcing ``"kernel"`` beyond the safe range
+        raises ``ValueError``.
+    grad : {"autodiff", "detach"}
+        ``"autodiff"`` backpropagates through the iterations to ``scores``; ``"detach"`` returns a
+        plan without gradient (a stop-gradient target). The marginals never receive gradients.
+    check_every : int
+        Iterations between two convergence checks when ``tol`` is given.
+
+    Returns
+    -------
+    torch.Tensor
+        The plan ``[B, n, m]`` in the compute dtype (float16/bfloat16 are computed in float32).
+        Entries in masked rows or columns are exactly 0.
+    """
+    check_tensor(scores, "scores", ndim=3, floating=True)
+    batch, n, m = scores.shape
+    if n < 1 or m < 1:
+        raise ValueError(f"scores must have at least one row and one column, got shape {tuple(scores.shape)}")
+    _check_marginal(a, "a", batch, n)
+    _check_marginal(b, "b", batch, m)
+    check_positive(epsilon, "epsilon")
+    check_positive_int(n_iters, "n_iters")
+    if tol is not None:
+        check_positive(tol, "tol")
+    check_positive_int(check_every, "check_every")
+    check_choice(method, "method", SINKHORN_METHODS)
+    check_choice(grad, "grad", SINKHORN_GRADS)
+
+    dtype = compute_dtype(scores)
+    mass_tol = max(1e-5, 8 * torch.finfo(a.dtype).eps, 8 * torch.finfo(b.dtype).eps)
+    a = a.detach().to(dtype)
+    b = b.detach().to(dtype)
+    row_valid, col_valid = a > 0, b > 0
+    valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
+    solvable = row_valid.any(dim=1) & col_valid.any(dim=1)
+    mass_a, mass_b = a.sum(dim=1), b.sum(dim=1)
+    mismatch = (mass_a - mass_b).abs() > mass_tol * torch.maximum(mass_a, mass_b)
+    if bool((mismatch & solvable).any()):
+        raise ValueError("a and b must have the same total mass in every problem (balanced transport)")
+    valid_scores = torch.where(valid, scores.to(dtype), torch.zeros((), dtype=dtype, device=scores.device))
+    if not bool(torch.isfinite(valid_scores).all()):
+        raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")
+
+    # problems with nothing to transport are solved as a dummy uniform problem and zeroed at the end
+    uniform_a = torch.full_like(a, 1.0 / n)
+    uniform_b = torch.full_like(b, 1.0 / m)
+    a = torch.where(solvable.unsqueeze(1), a, uniform_a)
+    b = torch.where(solvable.unsqueeze(1), b, uniform_b)
+    valid = valid | ~solvable.view(batch, 1, 1)
+
+    with torch.set_grad_enabled(grad == "autodiff" and torch.is_grad_enabled()):
+        x = valid_scores if grad == "autodiff" else valid_scores.detach()
+        log_kernel, low, high = _fill_invalid(x / epsilon, valid)
+        spread = float((high - low).detach().max())  # the one host sync before the loop
+        if method == "auto":
+            method = "kernel" if spread <= kernel_range_bound(dtype) else "log"
+        elif method == "kernel" and spread > kernel_range_bound(dtype):
+            raise ValueError(
+                "method='kernel' is unsafe here: the range of scores/epsilon over valid entries exceeds "
+                f"{kernel_range_bound(dtype):.1f} for {dtype}; use method='log' or 'auto'"
+            )
+        plan = _iterate(log_kernel, high.detach(), a, b, n_iters, tol, method, check_every)
+        return torch.where(valid & solvable.view(batch, 1, 1), plan, torch.zeros_like(plan))
+
+
+def _iterate(
+    log_kernel: torch.Tensor,
+    shift: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    n_iters: int,
+    tol: float | None,
+    method: str,
+    check_every: int,
+) -> torch.Tensor:
+    """Run the Sinkhorn loop on ``C = log_kernel`` (row updates first) and return the plan."""
+    if method == "kernel":
+        return _iterate_kernel(torch.exp(log_kernel - shift), a, b, n_iters, tol, check_every)
+    return _iterate_log(log_kernel, a, b, n_iters, tol, check_every)
+
+
+def _converged(row_mass: torch.Tensor, a: torch.Tensor, tol: float) -> bool:
+    """Largest L1 violation of the row marginals over the batch is within ``tol`` (one host sync)."""
+    return float((row_mass - a).abs().sum(dim=1).max()) <= tol
+
+
+def _iterate_log(
+    log_kernel: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
+) -> torch.Tensor:
+    """Log-domain iterations: every log-sum-exp runs over the full ``[B, n, m]`` tensor."""
+    log_a, log_b = torch.log(a), torch.log(b)
+    f = torch.zeros_like(log_a)
+    g = torch.zeros_like(log_b)
+    for it in range(1, n_iters + 1):
+        f = log_a - torch.logsumexp(log_kernel + g.unsqueeze(1), dim=2)
+        g = log_b - torch.logsumexp(log_kernel + f.unsqueeze(2), dim=1)
+        if tol is not None and it % check_every == 0 and it < n_iters:
+            row_mass = torch.exp(f + torch.logsumexp(log_kernel + g.unsqueeze(1), dim=2))
+            if _converged(row_mass, a, tol):
+                break
+    return torch.exp(log_kernel + f.unsqueeze(2) + g.unsqueeze(1))
+
+
+def _iterate_kernel(
+    kernel: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
+) -> torch.Tensor:
+    """Scaling iterations :math:`u = a / K\\tilde v`, :math:`v = b / K^\\top u` with batched products.
+
+    ``kernel`` holds :math:`e^{C - \\max C} \\in [e^{-R}, 1]`. The column scaling is divided by its
+    maximum before each row update; the plan :math:`\\mathrm{diag}(u) K \\mathrm{diag}(v)` does not
+    depend on that scale, and with it :math:`K\\tilde v \\in [e^{-R}, m]`, so :math:`u` and :math:`v`
+    stay within :math:`e^{\\pm R}` times ratios of the marginals and never overflow or vanish.
+    """
+    # K v as a batched matrix-vector product; K^T u as a broadcast product summed over rows, which
+    # is faster on CPU than a bmm with the transposed (non-contiguous) kernel
+    v = torch.ones_like(b)
+    u = a
+    for it in range(1, n_iters + 1):
+        v_scaled = v / v.detach().amax(dim=1, keepdim=True)
+        u = a / torch.bmm(kernel, v_scaled.unsqueeze(2)).squeeze(2)
+        v = b / (kernel * u.unsqueeze(2)).sum(dim=1)
+        if tol is not None and it % check_every == 0 and it < n_iters:
+            row_mass = u * torch.bmm(kernel, v.unsqueeze(2)).squeeze(2)
+            if _converged(row_mass, a, tol):
+                break
+    return u.unsqueeze(2) * kernel * v.unsqueeze(1)

@@ -1,0 +1,107 @@
+"""Retrieval metrics for PRVR: recall at K over a query × video score matrix.
+
+Users call :func:`evidential_prvr.metrics.recall_at_k`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from evidential_prvr._checks import check_finite, check_index_vector, check_positive_int, check_tensor
+
+__all__ = ["recall_at_k", "ranks_of_ground_truth"]
+
+
+def _as_tensor(x: object, name: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    if isinstance(x, torch.Tensor):
+        return x
+    raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def ranks_of_ground_truth(scores: torch.Tensor, gt: torch.Tensor, *, query_chunk: int = 1024) -> torch.Tensor:
+    """1-based rank of each query's ground-truth video: 1 + the number of *other* videos scoring >= it.
+
+    Ties count against the model (a video tied with the ground truth ranks ahead of it). The comparison is
+    done ``query_chunk`` queries at a time so that only a ``[query_chunk, Nv]`` boolean block exists at once.
+
+    Parameters
+    ----------
+    scores : Tensor, shape [Nq, Nv]
+        Finite query-video scores (higher = more relevant).
+    gt : Tensor, shape [Nq], integer
+        Ground-truth video index of each query.
+    query_chunk : int
+        Queries per block.
+
+    Returns
+    -------
+    Tensor, shape [Nq], int64
+        The ranks, on the device of ``scores``.
+    """
+    check_tensor(scores, "scores", ndim=2, floating=True)
+    num_queries, num_videos = scores.shape
+    if num_queries == 0 or num_videos == 0:
+        raise ValueError(f"scores must have at least one query and one video, got shape {tuple(scores.shape)}")
+    check_finite(scores, "scores")
+    check_index_vector(gt, "gt", length=num_queries, upper=num_videos)
+    check_positive_int(query_chunk, "query_chunk")
+    gt = gt.to(scores.device)
+    ranks = torch.empty(num_queries, dtype=torch.long, device=scores.device)
+    for start in range(0, num_queries, query_chunk):
+        block = scores[start : start + query_chunk]
+        gt_score = block.gather(1, gt[start : start + query_chunk].unsqueeze(1))
+        # the ground truth always ties with itself, so this count is exactly 1 + (other videos >= it)
+        ranks[start : start + query_chunk] = (block >= gt_score).sum(dim=1)
+    return ranks
+
+
+def recall_at_k(
+    scores: torch.Tensor | np.ndarray,
+    gt: torch.Tensor | np.ndarray,
+    ks: Sequence[int] = (1, 5, 10, 100),
+    *,
+    query_chunk: int = 1024,
+) -> dict[str, float]:
+    """Recall at K in percent for one ground-truth video per query, and their sum ``SumR``.
+
+    ``R@k`` is the percentage of queries whose ground-truth video ranks within the top ``k``, the rank
+    being 1 + the number of other videos scoring >= the ground truth (ties count against the model; see
+    :func:`ranks_of_ground_truth`). ``SumR`` is the sum of the ``R@k`` values (the PRVR convention with
+    ``ks=(1, 5, 10, 100)``).
+
+    Parameters
+    ----------
+    scores : Tensor or ndarray, shape [Nq, Nv]
+        Finite query-video scores.
+    gt : Tensor or ndarray, shape [Nq], integer
+        Ground-truth video index of each query.
+    ks : sequence of int
+        Distinct cut-offs ``k >= 1``.
+    query_chunk : int
+        Queries compared at a time (bounds the temporary memory).
+
+    Returns
+    -------
+    dict
+        ``{"R@1": ..., "R@5": ..., ..., "SumR": ...}`` with keys following ``ks``, as Python floats.
+    """
+    scores_t = _as_tensor(scores, "scores")
+    gt_t = _as_tensor(gt, "gt")
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) or len(ks) == 0:
+        raise TypeError(f"ks must be a non-empty sequence of ints, got {ks!r}")
+    for k in ks:
+        check_positive_int(k, "ks")
+    if len(set(ks)) != len(ks):
+        raise ValueError(f"ks must hold distinct values, got {tuple(ks)}")
+    ranks = ranks_of_ground_truth(scores_t, gt_t, query_chunk=query_chunk)
+    cutoffs = torch.tensor(list(ks), dtype=torch.long, device=ranks.device)
+    hits = (ranks.unsqueeze(1) <= cutoffs.unsqueeze(0)).sum(dim=0).double()
+    recalls = (100.0 * hits / ranks.shape[0]).tolist()
+    result = {f"R@{k}": float(r) for k, r in zip(ks, recalls)}
+    result["SumR"] = float(sum(recalls))
+    return result

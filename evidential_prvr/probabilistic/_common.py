@@ -1,0 +1,52 @@
+"""Small helpers shared by the DAB and HUD modules (log-variance bounds, dtype, masks)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from evidential_prvr._checks import check_tensor
+
+DEFAULT_LOGVAR_BOUNDS = (-6.0, 2.0)
+
+
+def check_bounds(bounds: object, name: str = "logvar_bounds") -> tuple[float, float]:
+    """Validate a ``(low, high)`` pair of finite log-variance bounds with ``low < high``."""
+    if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+        raise ValueError(f"{name} must be a pair (low, high), got {bounds!r}")
+    low, high = (float(b) for b in bounds)
+    if not (float("-inf") < low < high < float("inf")):
+        raise ValueError(f"{name} must be finite with low < high, got {bounds!r}")
+    return low, high
+
+
+def check_dim(x: torch.Tensor, name: str, dim: int) -> None:
+    """Raise ``ValueError`` unless the last dimension of ``x`` is ``dim``."""
+    if x.dim() == 0 or x.shape[-1] != dim:
+        raise ValueError(f"{name} must have last dimension {dim}, got shape {tuple(x.shape)}")
+
+
+def to_module_dtype(x: torch.Tensor, module: nn.Module) -> torch.Tensor:
+    """Cast ``x`` to the dtype of the module's parameters (half inputs run in float32 weights)."""
+    return x.to(next(module.parameters()).dtype)
+
+
+def check_token_mask(mask: torch.Tensor | None, tokens: torch.Tensor, name: str = "mask") -> None:
+    """Validate a ``[B, T]`` boolean mask (True = valid token) with at least one valid token per row."""
+    if mask is None:
+        return
+    check_tensor(mask, name, ndim=2)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (True = valid token), got {mask.dtype}")
+    if tuple(mask.shape) != tuple(tokens.shape[:2]):
+        raise ValueError(f"{name} must have shape {tuple(tokens.shape[:2])} ([B, T]), got {tuple(mask.shape)}")
+    if not bool(mask.any(dim=1).all()):
+        raise ValueError(f"every row of {name} needs at least one valid (True) token")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``[B, T, D]`` over ``T``, counting only tokens where ``mask`` is True."""
+    if mask is None:
+        return x.mean(dim=1)
+    weights = mask.to(x.dtype).unsqueeze(-1)
+    return (x * weights).sum(dim=1) / weights.sum(dim=1)

@@ -1,0 +1,289 @@
+"""DAB modules: Gaussian heads, the sampling-free distribution bridge and the PAC loss.
+
+DAB = "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval" (ECCV 2026).
+Its text (a summary, no numbered equations) is cited by section: Key Design 1 (probabilistic
+embedding), 2 (distribution bridge), 3 (PAC loss). Choices it leaves open are documented on each
+class and collected in ``docs/guide/probabilistic.rst``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evidential_prvr._checks import check_positive, check_positive_int, check_tensor
+from evidential_prvr.probabilistic._common import (
+    DEFAULT_LOGVAR_BOUNDS,
+    check_bounds,
+    check_dim,
+    check_token_mask,
+    masked_mean,
+    to_module_dtype,
+)
+from evidential_prvr.probabilistic.dab_functional import (
+    bridge_step_sizes,
+    combine_video_log_variances,
+    pac_loss,
+    sinusoidal_time_embedding,
+)
+from evidential_prvr.probabilistic.gaussian import DiagonalGaussian, _check_gaussian
+
+__all__ = [
+    "GaussianEmbeddingHead",
+    "TokenUncertaintyHead",
+    "DistributionBridge",
+    "ProbabilisticAlignmentContrastiveLoss",
+]
+
+
+class GaussianEmbeddingHead(nn.Module):
+    """Map embeddings to diagonal Gaussians :math:`(\\mu, \\log\\sigma^2)` (DAB, Key Design 1).
+
+    .. math::
+
+        \\hat x = x / \\lVert x \\rVert_2,\\quad
+        \\mu = W_\\mu \\operatorname{LN}_\\mu(\\hat x) + b_\\mu,\\quad
+        \\log\\sigma^2 = \\operatorname{clip}\\big(W_\\sigma \\operatorname{LN}_\\sigma(\\hat x) + b_\\sigma,\\
+            \\text{low}, \\text{high}\\big).
+
+    Choices: each of the two "independent linear heads" has its own LayerNorm; :math:`\\mu` is not
+    normalised; the log-variance bias starts at ``logvar_init`` (DAB: -2.0) with PyTorch's default
+    weight initialisation; clipping is a hard ``clamp`` (zero gradient outside the bounds).
+
+    Parameters
+    ----------
+    dim_in : int
+        Input embedding size.
+    dim_out : int
+        Gaussian dimension :math:`D`.
+    logvar_init : float, default -2.0
+        Initial log-variance bias.
+    logvar_bounds : tuple of float, default (-6.0, 2.0)
+        Clipping range of :math:`\\log\\sigma^2`.
+    """
+
+    def __init__(
+        self,
+        dim_in: int,
+        dim_out: int,
+        *,
+        logvar_init: float = -2.0,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+    ) -> None:
+        super().__init__()
+        check_positive_int(dim_in, "dim_in")
+        check_positive_int(dim_out, "dim_out")
+        self.logvar_bounds = check_bounds(logvar_bounds)
+        self.dim_in, self.dim_out = dim_in, dim_out
+        self.mean_norm = nn.LayerNorm(dim_in)
+        self.mean = nn.Linear(dim_in, dim_out)
+        self.logvar_norm = nn.LayerNorm(dim_in)
+        self.logvar = nn.Linear(dim_in, dim_out)
+        with torch.no_grad():
+            self.logvar.bias.fill_(float(logvar_init))
+
+    def forward(self, x: torch.Tensor) -> DiagonalGaussian:
+        """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
+        check_tensor(x, "x", floating=True)
+        check_dim(x, "x", self.dim_in)
+        x = F.normalize(to_module_dtype(x, self), dim=-1)
+        mu = self.mean(self.mean_norm(x))
+        logvar = self.logvar(self.logvar_norm(x)).clamp(*self.logvar_bounds)
+        return DiagonalGaussian(mu, logvar)
+
+
+class TokenUncertaintyHead(nn.Module):
+    """Video log-variance from frame tokens (DAB, Key Design 1, token-based uncertainty head).
+
+    .. math::
+
+        \\hat X = X / \\lVert X \\rVert_2 \\ \\text{(per token)},\\quad
+        h = \\operatorname{mean}_T\\big(\\hat X + \\operatorname{SelfAttn}_{1\\,\\text{head}}(\\hat X)\\big),\\quad
+        \\log\\sigma^2_{\\text{tok}} = \\operatorname{clip}(W \\operatorname{LN}(h) + b),
+
+    and, when ``base_logvar`` (from a :class:`GaussianEmbeddingHead` on the global video
+    embedding) is given, the final video log-variance
+    :math:`\\tfrac12(\\log\\sigma^2_{\\text{base}} + \\log\\sigma^2_{\\text{tok}})`.
+
+    Choices: "residually combined with global video representations" is read as the transformer
+    residual, so :math:`h` = mean-pooled attention output + mean-pooled (normalised) tokens, the
+    latter being the global video representation; tokens are L2-normalised like the inputs of
+    :class:`GaussianEmbeddingHead`; the bias starts at ``logvar_init``.
+
+    Parameters
+    ----------
+    dim_in : int
+        Token size.
+    dim_out : int
+        Gaussian dimension :math:`D`.
+    logvar_init : float, default -2.0
+        Initial bias of the log-variance layer.
+    logvar_bounds : tuple of float, default (-6.0, 2.0)
+        Clipping range.
+    """
+
+    def __init__(
+        self,
+        dim_in: int,
+        dim_out: int,
+        *,
+        logvar_init: float = -2.0,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+    ) -> None:
+        super().__init__()
+        check_positive_int(dim_in, "dim_in")
+        check_positive_int(dim_out, "dim_out")
+        self.logvar_bounds = check_bounds(logvar_bounds)
+        self.dim_in, self.dim_out = dim_in, dim_out
+        self.attention = nn.MultiheadAttention(dim_in, num_heads=1, batch_first=True)
+        self.norm = nn.LayerNorm(dim_in)
+        self.logvar = nn.Linear(dim_in, dim_out)
+        with torch.no_grad():
+            self.logvar.bias.fill_(float(logvar_init))
+
+    def forward(
+        self, tokens: torch.Tensor, base_logvar: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Log-variance ``[B, dim_out]`` from ``tokens`` ``[B, T, dim_in]``.
+
+        Parameters
+        ----------
+        tokens : torch.Tensor
+            ``[B, T, dim_in]`` frame (or clip) tokens.
+        base_logvar : torch.Tensor, optional
+            ``[B, dim_out]``; if given, the result is the average with it (the final video log-variance),
+            otherwise :math:`\\log\\sigma^2_{\\text{tok}}` alone.
+        mask : torch.Tensor, optional
+            ``[B, T]`` bool, True = valid token; padded tokens are ignored by attention and pooling.
+        """
+        check_tensor(tokens, "tokens", ndim=3, floating=True)
+        check_dim(tokens, "tokens", self.dim_in)
+        check_token_mask(mask, tokens)
+        x = F.normalize(to_module_dtype(tokens, self), dim=-1)
+        padding = None if mask is None else ~mask
+        attended = self.attention(x, x, x, key_padding_mask=padding, need_weights=False)[0]
+        pooled = masked_mean(x + attended, mask)
+        token_logvar = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
+        if base_logvar is None:
+            return token_logvar
+        check_tensor(base_logvar, "base_logvar", ndim=2, floating=True)
+        if tuple(base_logvar.shape) != tuple(token_logvar.shape):
+            raise ValueError(
+                f"base_logvar must have shape {tuple(token_logvar.shape)} ([B, dim_out]), got {tuple(base_logvar.shape)}"
+            )
+        return combine_video_log_variances(base_logvar.to(token_logvar.dtype), token_logvar).clamp(*self.logvar_bounds)
+
+
+class DistributionBridge(nn.Module):
+    """Sampling-free, deterministic bridge that drifts a Gaussian in parameter space (DAB, Key Design 2).
+
+    For :math:`t = T', T'-1, \\dots, 1` (``n_steps`` :math:`= T'`):
+
+    .. math::
+
+        [\\Delta\\mu_t, \\Delta\\log\\sigma^2_t] = \\operatorname{MLP}\\big([\\mu_t, \\log\\sigma^2_t, e(t)]\\big),\\qquad
+        \\mu_{t-1} = \\mu_t - \\chi_t \\Delta\\mu_t,\\qquad
+        \\log\\sigma^2_{t-1} = \\operatorname{clip}(\\log\\sigma^2_t - \\chi_t \\Delta\\log\\sigma^2_t),
+
+    with :math:`e(t)` = :func:`~evidential_prvr.probabilistic.sinusoidal_time_embedding` of the
+    integer step :math:`t` (``max_period = total_steps``) and :math:`\\chi_t` from
+    :func:`~evidential_prvr.probabilistic.bridge_step_sizes`. The MLP's output layer is
+    zero-initialised, so at initialisation the bridge is the identity (up to clipping the input).
+    No noise is sampled. The drift MLP is not conditioned on the video (DAB feeds it only "the
+    current distribution parameters"), and one MLP is shared by all steps.
+
+    Choices: the truncated chain is the *last* :math:`T'` steps (:math:`t \\le T'`) of a
+    ``total_steps`` chain, and ``total_steps`` sets the longest period of the time embedding;
+    MLP = Linear(2D + time_dim, hidden) → GELU → Linear(hidden, 2D); input log-variances are
+    clipped once before the first step and after every step.
+
+    Parameters
+    ----------
+    dim : int
+        Gaussian dimension :math:`D`.
+    n_steps : int, default 32
+        Truncated steps :math:`T'` (DAB: 32).
+    total_steps : int, default 1000
+        Length :math:`N` of the full chain (DAB: 1000); must be >= ``n_steps``.
+    step_range : tuple of float, default (0.2, 0.6)
+        Range of :math:`\\chi_t`.
+    hidden_dim : int, optional
+        Hidden size of the drift MLP (default ``dim``).
+    time_dim : int, default 128
+        Size of the sinusoidal time embedding.
+    logvar_bounds : tuple of float, default (-6.0, 2.0)
+        Clipping range of :math:`\\log\\sigma^2`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_steps: int = 32,
+        total_steps: int = 1000,
+        step_range: tuple[float, float] = (0.2, 0.6),
+        *,
+        hidden_dim: int | None = None,
+        time_dim: int = 128,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+    ) -> None:
+        super().__init__()
+        check_positive_int(dim, "dim")
+        check_positive_int(n_steps, "n_steps")
+        check_positive_int(total_steps, "total_steps")
+        check_positive_int(time_dim, "time_dim")
+        if hidden_dim is not None:
+            check_positive_int(hidden_dim, "hidden_dim")
+        if n_steps > total_steps:
+            raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
+        self.dim, self.n_steps, self.total_steps = dim, n_steps, total_steps
+        self.logvar_bounds = check_bounds(logvar_bounds)
+        self.step_sizes = bridge_step_sizes(n_steps, tuple(step_range))
+        hidden = dim if hidden_dim is None else hidden_dim
+        self.drift = nn.Sequential(nn.Linear(2 * dim + time_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * dim))
+        nn.init.zeros_(self.drift[-1].weight)
+        nn.init.zeros_(self.drift[-1].bias)
+        steps = torch.arange(n_steps, 0, -1, dtype=torch.float32)
+        self.register_buffer(
+            "time_embeddings", sinusoidal_time_embedding(steps, time_dim, max_period=float(total_steps)), persistent=False
+        )
+
+    def forward(self, mu: torch.Tensor, logvar: torch.Tensor) -> DiagonalGaussian:
+        """Run the ``n_steps`` bridge updates on Gaussians ``[..., dim]``; returns ``(mu, logvar)``, same shape.
+
+        Outputs are in the dtype of the bridge's parameters (float32 for half inputs with float32 weights).
+        """
+        _check_gaussian(mu, logvar, "input", ndim=None)
+        check_dim(mu, "mu", self.dim)
+        mu = to_module_dtype(mu, self)
+        logvar = to_module_dtype(logvar, self).clamp(*self.logvar_bounds)
+        time_embeddings = self.time_embeddings.to(mu.dtype)
+        for step, chi in enumerate(self.step_sizes):
+            t_emb = time_embeddings[step].expand(*mu.shape[:-1], -1)
+            d_mu, d_logvar = self.drift(torch.cat([mu, logvar, t_emb], dim=-1)).chunk(2, dim=-1)
+            mu = mu - chi * d_mu
+            logvar = (logvar - chi * d_logvar).clamp(*self.logvar_bounds)
+        return DiagonalGaussian(mu, logvar)
+
+
+class ProbabilisticAlignmentContrastiveLoss(nn.Module):
+    """DAB's PAC loss as a module; see :func:`~evidential_prvr.probabilistic.pac_loss` (Key Design 3).
+
+    Parameters
+    ----------
+    tau : float
+        Temperature > 0 (no default: DAB does not report one, and it must match the scale of the
+        KL costs, which grows with :math:`D`).
+    """
+
+    def __init__(self, tau: float) -> None:
+        super().__init__()
+        check_positive(tau, "tau")
+        self.tau = float(tau)
+
+    def forward(self, cost: torch.Tensor) -> torch.Tensor:
+        """Scalar loss for a ``[B, B]`` cost with positives on the diagonal (rows = texts, columns = videos)."""
+        return pac_loss(cost, self.tau)
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}"

@@ -1,0 +1,277 @@
+"""Diagonal Gaussian embeddings: the shared type, pairwise divergences and sampling.
+
+Convention used everywhere in :mod:`evidential_prvr.probabilistic`: a diagonal Gaussian
+:math:`\\mathcal{N}(\\mu, \\operatorname{diag}(\\sigma^2))` is stored as ``(mu, logvar)`` with
+``logvar`` :math:`= \\log \\sigma^2` (never :math:`\\log \\sigma`, never :math:`\\sigma`).
+
+The pairwise functions here are what DAB (ECCV 2026, "Distribution-Alignment Bridge") uses as its
+cross-modal cost. DAB's cost is :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\,\\|\\, \\hat P_{t_i})`
+(rows = text queries, columns = videos), which is the **transpose** of
+``pairwise_gaussian_kl(video_mu, video_logvar, text_mu, text_logvar)``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from evidential_prvr._checks import check_finite, check_positive_int, check_same_shape, check_tensor, compute_dtype
+
+__all__ = [
+    "DiagonalGaussian",
+    "pairwise_gaussian_kl",
+    "pairwise_wasserstein2",
+    "kl_margin",
+    "reparameterised_sample",
+]
+
+
+def _check_gaussian(mu: torch.Tensor, logvar: torch.Tensor, name: str, *, ndim: int | tuple[int, ...] | None) -> None:
+    """Validate one diagonal Gaussian given as ``(mu, logvar)``."""
+    check_tensor(mu, f"{name}_mu", ndim=ndim, floating=True)
+    check_tensor(logvar, f"{name}_logvar", ndim=ndim, floating=True)
+    check_same_shape(mu, logvar, f"{name}_mu", f"{name}_logvar")
+    check_finite(mu, f"{name}_mu")
+    check_finite(logvar, f"{name}_logvar")
+
+
+def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float32 for half-precision inputs, otherwise the widest input dtype."""
+    dtype = compute_dtype(tensors[0])
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, compute_dtype(t))
+    return dtype
+
+
+def _check_pairwise_inputs(
+    source_mu: torch.Tensor, source_logvar: torch.Tensor, target_mu: torch.Tensor, target_logvar: torch.Tensor
+) -> None:
+    _check_gaussian(source_mu, source_logvar, "source", ndim=2)
+    _check_gaussian(target_mu, target_logvar, "target", ndim=2)
+    if source_mu.shape[1] != target_mu.shape[1]:
+        raise ValueError(
+            "source_mu and target_mu must have the same embedding dimension D, got "
+            f"shapes {tuple(source_mu.shape)} and {tuple(target_mu.shape)}"
+        )
+    if source_mu.device != target_mu.device:
+        raise ValueError(f"source and target must be on the same device, got {source_mu.device} and {target_mu.device}")
+
+
+class DiagonalGaussian(NamedTuple):
+    """A batch of diagonal Gaussians :math:`\\mathcal{N}(\\mu, \\operatorname{diag}(e^{\\mathrm{logvar}}))`.
+
+    Returned by every head of :mod:`evidential_prvr.probabilistic` and by
+    :class:`~evidential_prvr.probabilistic.DistributionBridge`. It is a ``NamedTuple`` so that
+    ``mu, logvar = head(x)`` and ``bridge(*head(x))`` work, while fields stay named.
+
+    Attributes
+    ----------
+    mu : torch.Tensor
+        Means, shape ``[..., D]``.
+    logvar : torch.Tensor
+        Log-variances :math:`\\log \\sigma^2`, same shape as ``mu``.
+    """
+
+    mu: torch.Tensor
+    logvar: torch.Tensor
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw ``n`` reparameterised samples, shape ``[..., n, D]``; see :func:`reparameterised_sample`."""
+        return reparameterised_sample(self.mu, self.logvar, n, generator=generator)
+
+
+def pairwise_gaussian_kl(
+    source_mu: torch.Tensor,
+    source_logvar: torch.Tensor,
+    target_mu: torch.Tensor,
+    target_logvar: torch.Tensor,
+) -> torch.Tensor:
+    """KL divergence between every pair of diagonal Gaussians (DAB, Key Design 3, directional KL).
+
+    Entry ``[i, j]`` is :math:`D_{\\mathrm{KL}}(\\mathcal{N}_{s,i} \\,\\|\\, \\mathcal{N}_{t,j})`:
+
+    .. math::
+
+        D_{\\mathrm{KL}}(S_i \\,\\|\\, T_j) = \\frac12 \\sum_{d=1}^{D} \\Big[
+            \\frac{(\\mu_{s,id} - \\mu_{t,jd})^2}{\\sigma^2_{t,jd}} + \\frac{\\sigma^2_{s,id}}{\\sigma^2_{t,jd}}
+            - \\log \\frac{\\sigma^2_{s,id}}{\\sigma^2_{t,jd}} - 1 \\Big].
+
+    It is computed by expanding the square into one ``[N_s, 2D] @ [2D, N_t]`` matrix product plus
+    a row and a column term, so memory is :math:`O((N_s + N_t) D + N_s N_t)` and no
+    ``[N_s, N_t, D]`` tensor is ever formed. Before the expansion both sets of means are shifted by
+    the (detached) mean of ``target_mu`` -- the KL only depends on mean differences, and the shift
+    keeps the expanded terms small, which limits cancellation error. Tiny negative values from
+    rounding are clamped to 0.
+
+    For DAB's cost :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` call
+    ``pairwise_gaussian_kl(video_mu, video_logvar, text_mu, text_logvar).T``.
+
+    Parameters
+    ----------
+    source_mu, source_logvar : torch.Tensor
+        ``[N_s, D]`` means and log-variances of the first argument of the KL.
+    target_mu, target_logvar : torch.Tensor
+        ``[N_t, D]`` means and log-variances of the second argument of the KL.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[N_s, N_t]`` non-negative divergences, in float32 for float16/bfloat16 inputs and in the
+        widest input dtype otherwise.
+
+    Raises
+    ------
+    ValueError
+        If a tensor is not 2-D, ``mu``/``logvar`` shapes differ, the embedding dimensions differ,
+        or a value is not finite.
+    """
+    _check_pairwise_inputs(source_mu, source_logvar, target_mu, target_logvar)
+    dtype = _common_dtype(source_mu, source_logvar, target_mu, target_logvar)
+    s_mu, s_lv = source_mu.to(dtype), source_logvar.to(dtype)
+    t_mu, t_lv = target_mu.to(dtype), target_logvar.to(dtype)
+    shift = t_mu.detach().mean(dim=0, keepdim=True)
+    s_mu, t_mu = s_mu - shift, t_mu - shift
+    t_precision = torch.exp(-t_lv)
+    source_features = torch.cat([s_mu.square() + torch.exp(s_lv), -2.0 * s_mu], dim=1)
+    target_features = torch.cat([t_precision, t_mu * t_precision], dim=1)
+    row = -s_lv.sum(dim=1) - s_mu.shape[1]
+    col = (t_mu.square() * t_precision + t_lv).sum(dim=1)
+    # one [N_s, N_t] buffer: addmm fuses the column term, the row term and the clamp are in place
+    kl = torch.addmm(0.5 * col[None, :], source_features, target_features.T, alpha=0.5)
+    return kl.add_(0.5 * row[:, None]).clamp_min_(0.0)
+
+
+def pairwise_wasserstein2(
+    source_mu: torch.Tensor,
+    source_logvar: torch.Tensor,
+    target_mu: torch.Tensor,
+    target_logvar: torch.Tensor,
+    *,
+    squared: bool = True,
+) -> torch.Tensor:
+    """2-Wasserstein distance between every pair of diagonal Gaussians (DAB's :math:`W_2` ablation).
+
+    For diagonal covariances the closed form is
+
+    .. math::
+
+        W_2^2(S_i, T_j) = \\lVert \\mu_{s,i} - \\mu_{t,j} \\rVert_2^2
+            + \\lVert \\sigma_{s,i} - \\sigma_{t,j} \\rVert_2^2,
+        \\qquad \\sigma = e^{\\mathrm{logvar}/2}.
+
+    Computed, like :func:`pairwise_gaussian_kl`, as a squared Euclidean distance between the
+    concatenated vectors :math:`[\\mu, \\sigma]` by matrix-product expansion (no ``[N_s, N_t, D]``
+    tensor). The DAB text does not say whether its ablation uses :math:`W_2` or :math:`W_2^2`;
+    ``squared=True`` (default) returns :math:`W_2^2`, which is on the same scale as the KL cost.
+
+    Parameters
+    ----------
+    source_mu, source_logvar : torch.Tensor
+        ``[N_s, D]``.
+    target_mu, target_logvar : torch.Tensor
+        ``[N_t, D]``.
+    squared : bool, default True
+        Return :math:`W_2^2`; with ``False`` return :math:`W_2`. The square root's gradient is
+        taken at :math:`\\max(W_2^2, 10^{-12})` so it stays finite for identical Gaussians.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[N_s, N_t]``, dtype as in :func:`pairwise_gaussian_kl`.
+    """
+    _check_pairwise_inputs(source_mu, source_logvar, target_mu, target_logvar)
+    if not isinstance(squared, bool):
+        raise TypeError(f"squared must be a bool, got {type(squared).__name__}")
+    dtype = _common_dtype(source_mu, source_logvar, target_mu, target_logvar)
+    shift = target_mu.detach().to(dtype).mean(dim=0, keepdim=True)
+    source = torch.cat([source_mu.to(dtype) - shift, torch.exp(0.5 * source_logvar.to(dtype))], dim=1)
+    target = torch.cat([target_mu.to(dtype) - shift, torch.exp(0.5 * target_logvar.to(dtype))], dim=1)
+    sq = torch.addmm(target.square().sum(dim=1)[None, :], source, target.T, alpha=-2.0)
+    sq = sq.add_(source.square().sum(dim=1)[:, None]).clamp_min_(0.0)
+    return sq if squared else sq.clamp_min(1e-12).sqrt()
+
+
+def kl_margin(cost: torch.Tensor) -> torch.Tensor:
+    """Per-query confidence: second-lowest minus lowest cost in each row (DAB, "KL margin").
+
+    .. math::
+
+        m_i = C_{i,(2)} - C_{i,(1)} \\ge 0,
+
+    where :math:`C_{i,(k)}` is the :math:`k`-th smallest entry of row :math:`i`. DAB sorts queries
+    by this margin for selective retrieval (large margin = confident top-1).
+
+    **Inverse temperature of the query variance.** With DAB's orientation
+    :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` the text query is the *second*
+    argument of the KL, so the mean-mismatch and variance-ratio terms are multiplied by the query
+    precision :math:`e^{-\\log \\sigma^2_{t_i,d}}`. For an isotropic query variance
+    :math:`\\log\\sigma^2_{t_i,d} = s_i`,
+
+    .. math::
+
+        C_{ij} = e^{-s_i} A_{ij} - H_j + b_i,\\qquad
+        A_{ij} = \\tfrac12 \\sum_d \\big[(\\mu_{v_j,d} - \\mu_{t_i,d})^2 + \\sigma^2_{v_j,d}\\big],\\quad
+        H_j = \\tfrac12 \\sum_d \\log \\sigma^2_{v_j,d},
+
+    with :math:`b_i` independent of the video. So :math:`e^{-\\log\\sigma^2_t}` acts as a per-query
+    inverse temperature on :math:`A`: when the candidates have equal :math:`H_j` (e.g. a shared
+    video variance, or permutations of one log-variance vector) the margin is exactly
+    :math:`m_i = e^{-s_i}(A_{i,(2)} - A_{i,(1)})`, i.e. a query whose variance is :math:`k` times
+    larger has a :math:`k` times smaller margin; otherwise the video entropy term :math:`H_j` adds
+    an offset that the query variance does not scale.
+
+    Parameters
+    ----------
+    cost : torch.Tensor
+        ``[Q, V]`` costs (lower = better match), ``V >= 2``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[Q]`` margins, float32 for half-precision input.
+    """
+    check_tensor(cost, "cost", ndim=2, floating=True)
+    if cost.shape[1] < 2:
+        raise ValueError(f"cost must have at least 2 columns (candidates) per query, got shape {tuple(cost.shape)}")
+    check_finite(cost, "cost")
+    lowest_two = torch.topk(cost.to(compute_dtype(cost)), k=2, dim=1, largest=False, sorted=True).values
+    return lowest_two[:, 1] - lowest_two[:, 0]
+
+
+def reparameterised_sample(
+    mu: torch.Tensor, logvar: torch.Tensor, n: int, *, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Reparameterised samples :math:`z_u = \\mu + e^{\\mathrm{logvar}/2} \\odot \\eta_u` (HUD Eq. 3).
+
+    HUD writes :math:`\\mathbf{F}^{p_u} = \\mathbf{F}^{\\sigma} \\cdot \\eta^u + \\mathbf{F}^{\\mu}`
+    with the raw output of its :math:`\\sigma` head; this library's heads output
+    :math:`\\log\\sigma^2`, so the scale is :math:`e^{\\mathrm{logvar}/2}` (see the guide).
+
+    Parameters
+    ----------
+    mu, logvar : torch.Tensor
+        ``[..., D]`` means and log-variances.
+    n : int
+        Number of i.i.d. samples per Gaussian (HUD's :math:`U`).
+    generator : torch.Generator, optional
+        Source of the noise :math:`\\eta \\sim \\mathcal{N}(0, I)`; with a seeded generator on the
+        inputs' device the samples are deterministic.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[..., n, D]`` samples, differentiable w.r.t. ``mu`` and ``logvar``, in the inputs' dtype.
+    """
+    check_tensor(mu, "mu", floating=True)
+    check_tensor(logvar, "logvar", floating=True)
+    check_same_shape(mu, logvar, "mu", "logvar")
+    if mu.dim() < 1:
+        raise ValueError(f"mu must have at least 1 dimension [..., D], got shape {tuple(mu.shape)}")
+    check_positive_int(n, "n")
+    check_finite(logvar, "logvar")
+    shape = (*mu.shape[:-1], n, mu.shape[-1])
+    noise = torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
+    return mu.unsqueeze(-2) + torch.exp(0.5 * logvar).unsqueeze(-2) * noise
+
+

@@ -1,0 +1,180 @@
+"""Pure tensor functions of HUD (Hierarchical Uncertainty-aware Disambiguation, composed video retrieval).
+
+Equation numbers refer to the HUD paper. Similarity matrices are ``[B, B]`` with rows = composed
+queries and columns = target videos; the positive of row ``i`` is column ``i``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from evidential_prvr._checks import (
+    check_choice,
+    check_finite,
+    check_positive,
+    check_same_shape,
+    check_square,
+    check_tensor,
+    compute_dtype,
+)
+
+__all__ = [
+    "biased_max_similarity",
+    "batch_classification_loss",
+    "holistic_atomistic_consistency_loss",
+]
+
+TOKEN_MATCHING = ("max", "paired")
+
+
+def biased_max_similarity(
+    composed_tokens: torch.Tensor,
+    target_tokens: torch.Tensor,
+    bias: torch.Tensor,
+    *,
+    token_matching: str = "max",
+) -> torch.Tensor:
+    """Learnable-bias similarity between token sets, for all query/target pairs (HUD Eq. 10-11).
+
+    For composed query :math:`q` with tokens :math:`c_{q,1..K}` and target :math:`t` with tokens
+    :math:`g_{t,1..M}`, the per-token similarity is
+
+    .. math::
+
+        s_{qt,k} = \\max_{m=1}^{M} \\langle c_{q,k}, g_{t,m} \\rangle
+        \\quad(\\texttt{token\\_matching="max"}),\\qquad
+        s_{qt,k} = \\langle c_{q,k}, g_{t,k} \\rangle \\quad(\\texttt{"paired"}, K = M),
+
+    then (Eq. 10) :math:`\\mathcal{B}_{qt} = \\operatorname{softmax}_k(s_{qt}) + \\mathbf{b}` and
+    (Eq. 11) :math:`\\mathcal{S}_{qt} = \\sum_{k} \\mathcal{B}_{qt,k}\\, s_{qt,k}`.
+
+    HUD's notation :math:`\\max_{i=1}^{1+U}(F_{c(i)} F_{t(i)}^\\top)` is ambiguous. ``"max"``
+    (default) takes, for each composed token, its best-matching target token (BLIP-2-style
+    query scoring); when the target tokens are copies of one holistic token (HUD "extends" the
+    target to :math:`1+U` tokens) it equals ``"paired"``. No temperature is applied inside the
+    softmax and tokens are used as given (normalise them beforehand for cosine similarities).
+
+    Parameters
+    ----------
+    composed_tokens : torch.Tensor
+        ``[B_q, K, D]`` composed-query tokens (holistic: :math:`K = 1 + U`).
+    target_tokens : torch.Tensor
+        ``[B_t, M, D]`` target tokens.
+    bias : torch.Tensor
+        ``[K]`` learnable bias :math:`\\mathbf{b}`.
+    token_matching : {"max", "paired"}
+        How a composed token is matched to target tokens (see above).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[B_q, B_t]`` similarities. Memory is :math:`O(B_q B_t K M)` for ``"max"``.
+    """
+    check_tensor(composed_tokens, "composed_tokens", ndim=3, floating=True)
+    check_tensor(target_tokens, "target_tokens", ndim=3, floating=True)
+    check_tensor(bias, "bias", ndim=1, floating=True)
+    check_choice(token_matching, "token_matching", TOKEN_MATCHING)
+    if composed_tokens.shape[2] != target_tokens.shape[2]:
+        raise ValueError(
+            "composed_tokens and target_tokens must have the same token dimension D, got shapes "
+            f"{tuple(composed_tokens.shape)} and {tuple(target_tokens.shape)}"
+        )
+    if bias.shape[0] != composed_tokens.shape[1]:
+        raise ValueError(
+            f"bias must have K={composed_tokens.shape[1]} entries (one per composed token), got shape {tuple(bias.shape)}"
+        )
+    if token_matching == "paired" and target_tokens.shape[1] != composed_tokens.shape[1]:
+        raise ValueError(
+            "token_matching='paired' needs as many target tokens as composed tokens, got shapes "
+            f"{tuple(composed_tokens.shape)} and {tuple(target_tokens.shape)}"
+        )
+    dtype = torch.promote_types(compute_dtype(composed_tokens), compute_dtype(target_tokens))
+    composed, target = composed_tokens.to(dtype), target_tokens.to(dtype)
+    if token_matching == "max":
+        token_sim = torch.einsum("qkd,tmd->qtkm", composed, target).amax(dim=-1)
+    else:
+        token_sim = torch.einsum("qkd,tkd->qtk", composed, target)
+    weights = torch.softmax(token_sim, dim=-1) + bias.to(dtype)
+    return (weights * token_sim).sum(dim=-1)
+
+
+def _check_similarity(sim: torch.Tensor, name: str) -> None:
+    check_tensor(sim, name, ndim=2, floating=True)
+    check_square(sim, name)
+    check_finite(sim, name)
+
+
+def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1) -> torch.Tensor:
+    """Batch-based classification loss on summed holistic and atomistic similarities (HUD Eq. 12).
+
+    .. math::
+
+        \\mathcal{L}_{rank} = \\frac1B \\sum_{i=1}^{B} -\\log
+            \\frac{\\exp\\{(S^H_{ii} + S^A_{ii})/\\tau\\}}{\\sum_{j=1}^{B} \\exp\\{(S^H_{ij} + S^A_{ij})/\\tau\\}}.
+
+    Only the query-to-target direction, as in HUD.
+
+    Parameters
+    ----------
+    holistic_sim, atomistic_sim : torch.Tensor
+        ``[B, B]`` similarities (rows = composed queries, columns = targets).
+    tau : float, default 0.1
+        Temperature (HUD uses 0.1).
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss.
+    """
+    _check_similarity(holistic_sim, "holistic_sim")
+    _check_similarity(atomistic_sim, "atomistic_sim")
+    check_same_shape(holistic_sim, atomistic_sim, "holistic_sim", "atomistic_sim")
+    check_positive(tau, "tau")
+    dtype = torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
+    logits = (holistic_sim.to(dtype) + atomistic_sim.to(dtype)) / tau
+    labels = torch.arange(logits.shape[0], device=logits.device)
+    return F.cross_entropy(logits, labels)
+
+
+def holistic_atomistic_consistency_loss(
+    holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1
+) -> torch.Tensor:
+    """Holistic-to-atomistic distribution regularisation :math:`\\mathcal{L}_{H\\leftrightarrow A}` (HUD Eq. 13-14).
+
+    Row distributions (Eq. 13) :math:`s_{c,i} = \\operatorname{softmax}(S_{i,:}/\\tau)` (query
+    :math:`i` over targets) and :math:`s_{t,i} = \\operatorname{softmax}(S_{:,i}/\\tau)` (target
+    :math:`i` over queries, i.e. row :math:`i` of :math:`S^\\top`), for both levels; then
+
+    .. math::
+
+        \\mathcal{L}_{H\\leftrightarrow A} = \\frac{1}{2B} \\sum_{i=1}^{B} \\Big[
+            \\mathrm{KL}(s^{A}_{t,i} \\,\\|\\, s^{H}_{c,i}) + \\mathrm{KL}(s^{H}_{t,i} \\,\\|\\, s^{A}_{c,i}) \\Big],
+        \\qquad \\mathrm{KL}(p\\|q) = \\sum_j p_j (\\log p_j - \\log q_j).
+
+    Gradients flow into both arguments of each KL (HUD mentions no stop-gradient). Computed from
+    ``log_softmax`` in float32 or wider.
+
+    Parameters
+    ----------
+    holistic_sim, atomistic_sim : torch.Tensor
+        ``[B, B]`` similarities (rows = composed queries, columns = targets).
+    tau : float, default 0.1
+        Temperature (HUD uses 0.1).
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar, non-negative.
+    """
+    _check_similarity(holistic_sim, "holistic_sim")
+    _check_similarity(atomistic_sim, "atomistic_sim")
+    check_same_shape(holistic_sim, atomistic_sim, "holistic_sim", "atomistic_sim")
+    check_positive(tau, "tau")
+    dtype = torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
+    hol, atom = holistic_sim.to(dtype) / tau, atomistic_sim.to(dtype) / tau
+    log_c_h, log_c_a = hol.log_softmax(dim=1), atom.log_softmax(dim=1)
+    log_t_h, log_t_a = hol.T.log_softmax(dim=1), atom.T.log_softmax(dim=1)
+    kl_a_h = (log_t_a.exp() * (log_t_a - log_c_h)).sum()
+    kl_h_a = (log_t_h.exp() * (log_t_h - log_c_a)).sum()
+    return (kl_a_h + kl_h_a) / (2 * holistic_sim.shape[0])

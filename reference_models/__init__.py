@@ -1,0 +1,1 @@
+"""Reference models built on evidential-prvr through its public API only."""

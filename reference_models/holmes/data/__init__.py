@@ -1,0 +1,42 @@
+"""Data for the Holmes reference model: the MS-SL/GMMFormer on-disk layout, loaders and the embedded benchmark.
+
+``load_split`` reads one split of a collection; ``make_train_loader`` / ``make_video_loader`` /
+``make_query_loader`` iterate it as :class:`TrainBatch` / :class:`VideoBatch` / :class:`QueryBatch`;
+``validate_data_root`` checks a data root; ``generate_embedded_benchmark`` writes a small synthetic PRVR
+data set in the same layout.
+"""
+
+from reference_models.holmes.data.batches import QueryBatch, TrainBatch, VideoBatch
+from reference_models.holmes.data.embedded import (
+    EmbeddedBenchmarkSpec,
+    generate_embedded_benchmark,
+    read_planted_types,
+)
+from reference_models.holmes.data.errors import DataValidationError
+from reference_models.holmes.data.loaders import (
+    OrderedLoader,
+    TrainLoader,
+    make_query_loader,
+    make_train_loader,
+    make_video_loader,
+)
+from reference_models.holmes.data.split import PRVRSplit, load_split
+from reference_models.holmes.data.validation import validate_data_root
+
+__all__ = [
+    "load_split",
+    "PRVRSplit",
+    "TrainBatch",
+    "VideoBatch",
+    "QueryBatch",
+    "TrainLoader",
+    "OrderedLoader",
+    "make_train_loader",
+    "make_video_loader",
+    "make_query_loader",
+    "validate_data_root",
+    "DataValidationError",
+    "generate_embedded_benchmark",
+    "EmbeddedBenchmarkSpec",
+    "read_planted_types",
+]

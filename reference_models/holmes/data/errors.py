@@ -1,0 +1,14 @@
+"""The error raised when a PRVR data root is missing files or holds inconsistent data."""
+
+from __future__ import annotations
+
+__all__ = ["DataValidationError"]
+
+
+class DataValidationError(ValueError):
+    """A data-root problem, with a one-line message naming the file and what is wrong with it."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")

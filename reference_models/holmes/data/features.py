@@ -1,0 +1,201 @@
+"""Lazy, fork-safe readers of the visual (HDF5 or BigFile) and text (HDF5) feature files.
+
+Readers store paths only and open their file on first access in the current process (keyed by PID),
+so a reader created in the main process can be used by forked or spawned ``DataLoader`` workers:
+each worker opens its own handle and no open HDF5 handle is ever shared across ``fork``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference_models.holmes.data.errors import DataValidationError
+from reference_models.holmes.data.layout import CollectionPaths
+
+__all__ = ["HDF5Reader", "BigFileReader", "open_visual_reader", "read_video2frames", "read_bigfile_header"]
+
+
+class _PerProcessHandle:
+    """Base for readers that open a file lazily once per process."""
+
+    def __init__(self) -> None:
+        self._handle: Any = None
+        self._pid: int | None = None
+
+    def _open(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _close_handle(self, handle: Any) -> None:
+        close = getattr(handle, "close", None)
+        if close is not None:
+            close()
+
+    @property
+    def handle(self) -> Any:
+        pid = os.getpid()
+        if self._handle is None or self._pid != pid:
+            # A handle inherited from the parent through fork is dropped, never used or closed here.
+            self._handle = self._open()
+            self._pid = pid
+        return self._handle
+
+    def close(self) -> None:
+        """Close this process's handle (a later access reopens it)."""
+        if self._handle is not None and self._pid == os.getpid():
+            self._close_handle(self._handle)
+        self._handle = None
+        self._pid = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_handle"] = None
+        state["_pid"] = None
+        return state
+
+
+class HDF5Reader(_PerProcessHandle):
+    """Read ``key -> [n, D]`` arrays from an HDF5 file (visual ``feature.hdf5`` or the RoBERTa query file)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DataValidationError(self.path, "missing file")
+
+    def _open(self) -> Any:
+        import h5py
+
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as exc:
+            raise DataValidationError(self.path, f"cannot open HDF5 file ({exc})") from None
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.handle
+
+    def read(self, key: str) -> np.ndarray:
+        """The ``float32 [n, D]`` array stored under ``key``."""
+        try:
+            ds = self.handle[key]
+        except KeyError:
+            raise DataValidationError(self.path, f"no features for {key!r}") from None
+        arr = np.asarray(ds[...], dtype=np.float32)
+        if arr.ndim != 2 or arr.shape[0] == 0:
+            raise DataValidationError(self.path, f"{key!r} must be a non-empty [n, D] array, got shape {arr.shape}")
+        return arr
+
+    def dim(self, key: str) -> int:
+        """The feature dimension ``D`` of ``key`` (reads only metadata)."""
+        try:
+            shape = self.handle[key].shape
+        except KeyError:
+            raise DataValidationError(self.path, f"no features for {key!r}") from None
+        if len(shape) != 2:
+            raise DataValidationError(self.path, f"{key!r} must be a 2-D [n, D] array, got shape {tuple(shape)}")
+        return int(shape[1])
+
+
+def read_bigfile_header(paths: CollectionPaths) -> tuple[int, int, dict[str, int]]:
+    """Parse ``shape.txt`` and ``id.txt`` and check ``feature.bin``'s size; returns ``(N, D, name -> row)``."""
+    for name in ("feature.bin", "id.txt", "shape.txt"):
+        if not paths.bigfile(name).is_file():
+            raise DataValidationError(paths.bigfile(name), "missing file")
+    shape_path = paths.bigfile("shape.txt")
+    parts = shape_path.read_text(encoding="utf-8").split()
+    try:
+        n_rows, dim = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise DataValidationError(shape_path, f"expected 'N D' (two integers), got {' '.join(parts)!r}") from None
+    if n_rows < 1 or dim < 1:
+        raise DataValidationError(shape_path, f"N and D must be >= 1, got N={n_rows}, D={dim}")
+    id_path = paths.bigfile("id.txt")
+    names = id_path.read_bytes().decode("utf-8").split()
+    if len(names) != n_rows:
+        raise DataValidationError(id_path, f"holds {len(names)} row names but shape.txt says N={n_rows}")
+    name_to_row = {name: i for i, name in enumerate(names)}
+    if len(name_to_row) != n_rows:
+        raise DataValidationError(id_path, "row names are not unique")
+    bin_path = paths.bigfile("feature.bin")
+    expected = n_rows * dim * 4
+    size = bin_path.stat().st_size
+    if size < expected:
+        raise DataValidationError(
+            bin_path, f"truncated: {size} bytes, expected {expected} (N={n_rows} x D={dim} float32)"
+        )
+    if size > expected:
+        raise DataValidationError(
+            bin_path, f"size mismatch: {size} bytes, expected {expected} (N={n_rows} x D={dim} float32)"
+        )
+    return n_rows, dim, name_to_row
+
+
+def read_video2frames(path: Path) -> dict[str, list[str]]:
+    """Parse ``video2frames.txt``, a Python dict literal ``video id -> [row name, ...]`` (``ast.literal_eval``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataValidationError(path, "missing file")
+    try:
+        value = ast.literal_eval(path.read_text(encoding="utf-8"))
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise DataValidationError(path, f"not a Python dict literal ({type(exc).__name__})") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, (list, tuple)) for k, v in value.items()
+    ):
+        raise DataValidationError(path, "must map video ids (str) to lists of row names")
+    return {k: [str(x) for x in v] for k, v in value.items()}
+
+
+class BigFileReader(_PerProcessHandle):
+    """Read per-video frame features from an MS-SL BigFile with a per-process ``numpy.memmap``."""
+
+    def __init__(self, paths: CollectionPaths) -> None:
+        super().__init__()
+        self.path = paths.bigfile("feature.bin")
+        self.n_rows, self.visual_dim, self._name_to_row = read_bigfile_header(paths)
+        self._video_frames = read_video2frames(paths.bigfile("video2frames.txt"))
+        self._video2frames_path = paths.bigfile("video2frames.txt")
+
+    def _open(self) -> np.memmap:
+        return np.memmap(self.path, dtype=np.float32, mode="r", shape=(self.n_rows, self.visual_dim))
+
+    def _close_handle(self, handle: Any) -> None:
+        mm = getattr(handle, "_mmap", None)
+        if mm is not None:
+            mm.close()
+
+    def __contains__(self, video_id: str) -> bool:
+        return video_id in self._video_frames
+
+    def rows(self, video_id: str) -> np.ndarray:
+        """Row indices of ``video_id``'s frames in ``feature.bin``, in ``video2frames`` order."""
+        try:
+            names = self._video_frames[video_id]
+        except KeyError:
+            raise DataValidationError(self._video2frames_path, f"no frames listed for video {video_id!r}") from None
+        if not names:
+            raise DataValidationError(self._video2frames_path, f"video {video_id!r} lists no frames")
+        try:
+            return np.fromiter((self._name_to_row[n] for n in names), dtype=np.int64, count=len(names))
+        except KeyError as exc:
+            raise DataValidationError(
+                self.path.with_name("id.txt"), f"frame {exc.args[0]!r} of video {video_id!r} is not a row name"
+            ) from None
+
+    def read(self, video_id: str) -> np.ndarray:
+        """``float32 [n, D]`` frame features of ``video_id``."""
+        return np.array(self.handle[self.rows(video_id)], dtype=np.float32)
+
+    def dim(self, video_id: str) -> int:
+        return self.visual_dim
+
+
+def open_visual_reader(paths: CollectionPaths) -> HDF5Reader | BigFileReader:
+    """The reader for whichever visual layout is present (``feature.hdf5`` is preferred)."""
+    if paths.visual_layout() == "hdf5":
+        return HDF5Reader(paths.feature_hdf5)
+    return BigFileReader(paths)

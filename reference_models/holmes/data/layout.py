@@ -1,0 +1,134 @@
+"""Paths and caption files of the on-disk layout shared by MS-SL, GMMFormer, HLFormer and Holmes.
+
+::
+
+    <root>/<collection>/TextData/<collection>{train,val,test}.caption.txt
+    <root>/<collection>/TextData/roberta_<collection>_query_feat.hdf5
+    <root>/<collection>/FeatureData/<feature>/feature.hdf5                    (HDF5 layout), or
+    <root>/<collection>/FeatureData/<feature>/{feature.bin,id.txt,shape.txt,video2frames.txt}   (BigFile)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from reference_models.holmes.data.errors import DataValidationError
+
+__all__ = [
+    "SPLITS",
+    "BIGFILE_NAMES",
+    "CollectionPaths",
+    "Caption",
+    "video_id_of",
+    "parse_caption_line",
+    "read_captions",
+]
+
+SPLITS = ("train", "val", "test")
+BIGFILE_NAMES = ("feature.bin", "id.txt", "shape.txt", "video2frames.txt")
+
+
+@dataclass(frozen=True)
+class CollectionPaths:
+    """Every path of one collection and visual feature under a data root."""
+
+    data_root: Path
+    collection: str
+    visual_feature: str
+
+    @property
+    def collection_dir(self) -> Path:
+        return Path(self.data_root) / self.collection
+
+    @property
+    def text_dir(self) -> Path:
+        return self.collection_dir / "TextData"
+
+    def caption_file(self, split: str) -> Path:
+        """``TextData/<collection><split>.caption.txt``."""
+        return self.text_dir / f"{self.collection}{split}.caption.txt"
+
+    @property
+    def text_features(self) -> Path:
+        return self.text_dir / f"roberta_{self.collection}_query_feat.hdf5"
+
+    @property
+    def feature_dir(self) -> Path:
+        return self.collection_dir / "FeatureData" / self.visual_feature
+
+    @property
+    def feature_hdf5(self) -> Path:
+        return self.feature_dir / "feature.hdf5"
+
+    def bigfile(self, name: str) -> Path:
+        """One of the BigFile parts: ``feature.bin``, ``id.txt``, ``shape.txt``, ``video2frames.txt``."""
+        return self.feature_dir / name
+
+    def visual_layout(self) -> str:
+        """``"hdf5"`` if ``feature.hdf5`` exists, else ``"bigfile"`` if ``feature.bin`` does.
+
+        Raises
+        ------
+        DataValidationError
+            When neither is present.
+        """
+        if self.feature_hdf5.is_file():
+            return "hdf5"
+        if self.bigfile("feature.bin").is_file():
+            return "bigfile"
+        raise DataValidationError(
+            self.feature_dir, "missing visual features: neither feature.hdf5 nor feature.bin exists"
+        )
+
+
+@dataclass(frozen=True)
+class Caption:
+    """One caption line: its id, the video it belongs to and the sentence."""
+
+    caption_id: str
+    video_id: str
+    sentence: str
+
+
+def video_id_of(caption_id: str) -> str:
+    """The video id of a caption id: the text before the first ``#`` (``vid#enc#3`` -> ``vid``)."""
+    return caption_id.split("#", 1)[0]
+
+
+def parse_caption_line(line: str) -> Caption | None:
+    """Parse ``<video_id>#enc#<n> <sentence>``, split at the first space; ``None`` for a blank line."""
+    line = line.strip()
+    if not line:
+        return None
+    caption_id, _, sentence = line.partition(" ")
+    return Caption(caption_id, video_id_of(caption_id), sentence.strip())
+
+
+def read_captions(path: Path) -> list[Caption]:
+    """All captions of a caption file in file order.
+
+    Raises
+    ------
+    DataValidationError
+        If the file is missing, empty, or repeats a caption id or has an empty video id.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataValidationError(path, "missing caption file")
+    captions: list[Caption] = []
+    seen: set[str] = set()
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            cap = parse_caption_line(line)
+            if cap is None:
+                continue
+            if not cap.video_id:
+                raise DataValidationError(path, f"line {lineno}: caption id {cap.caption_id!r} has no video id")
+            if cap.caption_id in seen:
+                raise DataValidationError(path, f"line {lineno}: duplicate caption id {cap.caption_id!r}")
+            seen.add(cap.caption_id)
+            captions.append(cap)
+    if not captions:
+        raise DataValidationError(path, "caption file holds no captions")
+    return captions

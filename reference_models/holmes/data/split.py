@@ -1,0 +1,182 @@
+"""One split (train, val or test) of a PRVR collection: its captions, videos and lazy feature access."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reference_models.holmes.data.errors import DataValidationError
+from reference_models.holmes.data.features import BigFileReader, HDF5Reader, open_visual_reader
+from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_captions
+from reference_models.holmes.data.sampling import BOUNDARY_MODES, l2_normalize, pool_segments, sample_frames
+
+__all__ = ["PRVRSplit", "load_split"]
+
+
+@dataclass
+class PRVRSplit:
+    """Captions and videos of one split, with features read lazily from disk.
+
+    Attributes
+    ----------
+    collection, split : str
+        Collection name and split name.
+    video_ids : list of str
+        Videos of the split, in first-appearance order of its captions.
+    caption_ids : list of str
+        Captions in file order.
+    caption_video_index : torch.LongTensor
+        ``[Nq]``: index into ``video_ids`` of each caption's video.
+    video_caption_indices : list of numpy.ndarray
+        For each video, the indices into ``caption_ids`` of all its captions (file order).
+    visual_dim, text_dim : int
+        Feature dimensions read from the data.
+    max_query_len, n_clips, n_frames : int
+        Token cut-off, clip count ``M_c`` and frame count ``M_f``.
+    boundaries : str
+        Segment-boundary convention of the pooling (see :mod:`~reference_models.holmes.data.sampling`).
+    """
+
+    collection: str
+    split: str
+    video_ids: list[str]
+    caption_ids: list[str]
+    caption_video_index: torch.Tensor
+    video_caption_indices: list[np.ndarray]
+    visual_dim: int
+    text_dim: int
+    max_query_len: int
+    n_clips: int
+    n_frames: int
+    boundaries: str
+    _visual: HDF5Reader | BigFileReader = field(repr=False)
+    _text: HDF5Reader = field(repr=False)
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.video_ids)
+
+    @property
+    def num_captions(self) -> int:
+        return len(self.caption_ids)
+
+    def read_video(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Clip ``[n_clips, D_v]`` and frame ``[min(n, n_frames), D_v]`` features of video ``index``, L2-normalised."""
+        video_id = self.video_ids[index]
+        frames = self._visual.read(video_id)
+        if frames.ndim != 2 or frames.shape[0] == 0 or frames.shape[1] != self.visual_dim:
+            raise DataValidationError(
+                self._visual.path,
+                f"video {video_id!r} has shape {frames.shape}, expected [n >= 1, {self.visual_dim}]",
+            )
+        clips = l2_normalize(pool_segments(frames, self.n_clips, self.boundaries))
+        sampled = l2_normalize(sample_frames(frames, self.n_frames, self.boundaries))
+        return clips, sampled
+
+    def read_query(self, index: int) -> np.ndarray:
+        """Token features ``[min(L, max_query_len), D_t]`` of caption ``index``, each token L2-normalised."""
+        caption_id = self.caption_ids[index]
+        tokens = self._text.read(caption_id)
+        if tokens.shape[1] != self.text_dim:
+            raise DataValidationError(
+                self._text.path, f"caption {caption_id!r} has shape {tokens.shape}, expected [L, {self.text_dim}]"
+            )
+        return l2_normalize(tokens[: self.max_query_len])
+
+    def close(self) -> None:
+        """Close this process's feature-file handles."""
+        self._visual.close()
+        self._text.close()
+
+
+def _check_int(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def load_split(
+    data_root: str | Path,
+    collection: str,
+    visual_feature: str,
+    split: str,
+    *,
+    max_query_len: int = 30,
+    n_clips: int = 32,
+    n_frames: int = 128,
+    boundaries: str = "release",
+) -> PRVRSplit:
+    """Read a split's caption file and set up lazy access to its features.
+
+    Parameters
+    ----------
+    data_root, collection, visual_feature : str or Path
+        Locate ``<data_root>/<collection>/{TextData,FeatureData/<visual_feature>}``.
+    split : {"train", "val", "test"}
+        Which caption file to read.
+    max_query_len : int
+        Tokens kept per caption (30 for TVR and Charades-STA, 64 for ActivityNet Captions).
+    n_clips, n_frames : int
+        ``M_c`` (clip segments) and ``M_f`` (maximum frames).
+    boundaries : {"release", "inclusive"}
+        Pooling boundary convention; ``"release"`` matches the public MS-SL/GMMFormer code.
+
+    Returns
+    -------
+    PRVRSplit
+
+    Raises
+    ------
+    DataValidationError
+        When a file is missing or unreadable. Only the first video and caption are inspected here (to
+        read the dimensions); :func:`~reference_models.holmes.data.validate_data_root` checks everything.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if boundaries not in BOUNDARY_MODES:
+        raise ValueError(f"boundaries must be one of {BOUNDARY_MODES}, got {boundaries!r}")
+    _check_int(max_query_len, "max_query_len")
+    _check_int(n_clips, "n_clips")
+    _check_int(n_frames, "n_frames")
+    paths = CollectionPaths(Path(data_root), collection, visual_feature)
+    captions = read_captions(paths.caption_file(split))
+
+    video_index: dict[str, int] = {}
+    per_video: list[list[int]] = []
+    cap_video = np.empty(len(captions), dtype=np.int64)
+    for i, cap in enumerate(captions):
+        v = video_index.setdefault(cap.video_id, len(video_index))
+        if v == len(per_video):
+            per_video.append([])
+        per_video[v].append(i)
+        cap_video[i] = v
+
+    visual = open_visual_reader(paths)
+    text = HDF5Reader(paths.text_features)
+    try:
+        visual_dim = visual.dim(captions[0].video_id)
+        text_dim = text.dim(captions[0].caption_id)
+    finally:
+        # Metadata was read in this process; close so no open HDF5 handle is inherited by forked workers.
+        visual.close()
+        text.close()
+    return PRVRSplit(
+        collection=collection,
+        split=split,
+        video_ids=list(video_index),
+        caption_ids=[c.caption_id for c in captions],
+        caption_video_index=torch.from_numpy(cap_video),
+        video_caption_indices=[np.asarray(ix, dtype=np.int64) for ix in per_video],
+        visual_dim=visual_dim,
+        text_dim=text_dim,
+        max_query_len=max_query_len,
+        n_clips=n_clips,
+        n_frames=n_frames,
+        boundaries=boundaries,
+        _visual=visual,
+        _text=text,
+    )

@@ -1,0 +1,213 @@
+"""Evaluation of the reference model: R@K, per-planted-type R@1, query identification and efficiency.
+
+:func:`evaluate_retrieval` encodes a split's videos and queries, scores every query against every video in
+bounded blocks (:func:`reference_models.holmes.scoring.score_matrix`) and computes the library's
+:func:`evidential_prvr.metrics.recall_at_k`. When the split comes with planted query types (the embedded
+benchmark) it also reports
+
+**Per-type R@1** -- R@1 over the queries of each planted type.
+
+**Identification precision/recall.** The library's :class:`~evidential_prvr.UncertaintyGuidedIdentifier`
+(the one L_inter uses, same τ, evidence form, median rule and fusion) is applied to the *evaluation*
+similarities: every query of the split is a row, every video of the split a candidate, the annotated video
+the target. Its adaptive thresholds (Eq. 11) are computed over blocks of ``identify_chunk`` queries (all
+queries at once by default, i.e. one "batch" holding the whole split). The fused type of each query
+(Eq. 14) is compared with the planted type: for type ``t``, precision = |identified t ∧ planted t| /
+|identified t| and recall = |identified t ∧ planted t| / |planted t| (NaN when a denominator is 0); a
+confusion matrix ``[planted][identified]`` and the accuracy are reported too. Note that the identifier
+works on K = number of split videos candidates here, not on a training batch of 128 videos, so the
+epistemic uncertainty u = K / S is on a different scale than during training; the thresholds adapt to it.
+
+**Efficiency** (Table 2): video-encoding time (all videos of the split), retrieval time (query encoding
++ scoring + ranking of all queries) and the number of parameters; training time per epoch comes from the
+trainer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from evidential_prvr import QueryType, UncertaintyGuidedIdentifier
+from evidential_prvr.metrics import recall_at_k
+from reference_models.holmes.config import HolmesConfig
+from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
+from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
+
+__all__ = [
+    "TYPE_NAMES",
+    "EvaluationResult",
+    "evaluate_retrieval",
+    "per_type_recall_at_1",
+    "identification_report",
+    "identify_queries",
+    "model_parameters",
+]
+
+#: Planted-type names in :class:`~evidential_prvr.QueryType` order.
+TYPE_NAMES: dict[int, str] = {
+    int(QueryType.PRECISE): "precise",
+    int(QueryType.POLYSEMOUS): "polysemous",
+    int(QueryType.UNDERDETERMINED): "underdetermined",
+}
+_TYPE_CODES = {name: code for code, name in TYPE_NAMES.items()}
+
+
+@dataclass
+class EvaluationResult:
+    """Metrics of one model on one split.
+
+    Attributes
+    ----------
+    recall : dict
+        ``R@1, R@5, R@10, R@100, SumR`` in percent.
+    per_type_r1 : dict or None
+        R@1 per planted type (only with planted types).
+    identification : dict or None
+        Identification precision/recall against the planted types (see the module docstring).
+    efficiency : dict
+        ``video_encoding_seconds``, ``retrieval_seconds``, ``parameters_millions``, ``num_queries``,
+        ``num_videos``.
+    """
+
+    recall: dict[str, float]
+    per_type_r1: dict[str, float] | None = None
+    identification: dict[str, Any] | None = None
+    efficiency: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dictionary."""
+        return asdict(self)
+
+
+def model_parameters(model: nn.Module) -> int:
+    """Number of parameters of ``model``."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def per_type_recall_at_1(scores: torch.Tensor, gt: torch.Tensor, types: list[str | None]) -> dict[str, float]:
+    """R@1 (percent) over the queries of each type in ``types`` (``None`` entries are skipped)."""
+    result: dict[str, float] = {}
+    for name in TYPE_NAMES.values():
+        rows = torch.tensor([t == name for t in types], dtype=torch.bool, device=scores.device)
+        if bool(rows.any()):
+            result[name] = recall_at_k(scores[rows], gt[rows.to(gt.device)], ks=(1,))["R@1"]
+    return result
+
+
+@torch.no_grad()
+def identify_queries(
+    identifier: UncertaintyGuidedIdentifier,
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    gt: torch.Tensor,
+    chunk: int | None = None,
+) -> torch.Tensor:
+    """Fused query types ``[Nq]`` of the evaluation similarities (thresholds adapt per block of ``chunk`` rows)."""
+    chunk = frame_sim.shape[0] if chunk is None else chunk
+    parts = [
+        identifier(frame_sim[i : i + chunk], clip_sim[i : i + chunk], gt[i : i + chunk]).query_type
+        for i in range(0, frame_sim.shape[0], chunk)
+    ]
+    return torch.cat(parts)
+
+
+def identification_report(identified: torch.Tensor, planted: list[str | None]) -> dict[str, Any]:
+    """Precision, recall and support per type, accuracy and confusion matrix ``[planted][identified]``."""
+    known = [i for i, t in enumerate(planted) if t is not None]
+    pred = identified.detach().cpu()[known].tolist()
+    true = [_TYPE_CODES[planted[i]] for i in known]
+    confusion = [[0] * 3 for _ in range(3)]
+    for t, p in zip(true, pred):
+        confusion[t][p] += 1
+    per_type: dict[str, dict[str, float]] = {}
+    for code, name in TYPE_NAMES.items():
+        hit = confusion[code][code]
+        n_pred = sum(confusion[r][code] for r in range(3))
+        n_true = sum(confusion[code])
+        per_type[name] = {
+            "precision": hit / n_pred if n_pred else math.nan,
+            "recall": hit / n_true if n_true else math.nan,
+            "identified": n_pred,
+            "planted": n_true,
+        }
+    total = len(true)
+    return {
+        "per_type": per_type,
+        "accuracy": sum(confusion[i][i] for i in range(3)) / total if total else math.nan,
+        "confusion": {TYPE_NAMES[r]: {TYPE_NAMES[c]: confusion[r][c] for c in range(3)} for r in range(3)},
+    }
+
+
+def evaluate_retrieval(
+    model: nn.Module,
+    split: PRVRSplit,
+    config: HolmesConfig,
+    *,
+    device: str | torch.device = "cpu",
+    planted_types: dict[str, str] | None = None,
+    identifier: UncertaintyGuidedIdentifier | None = None,
+    identify_chunk: int | None = None,
+    ks: tuple[int, ...] = (1, 5, 10, 100),
+) -> EvaluationResult:
+    """Encode ``split``, score it in blocks and compute the metrics described in the module docstring.
+
+    Parameters
+    ----------
+    model : HolmesModel
+        The model (its train/eval mode is restored afterwards).
+    split : PRVRSplit
+        The split to evaluate (one ground-truth video per caption).
+    config : HolmesConfig
+        Supplies the encoding batch sizes and the scoring block size.
+    device : str or torch.device
+        Where to run.
+    planted_types : dict, optional
+        Caption id → planted type; enables per-type R@1 and, with ``identifier``, identification.
+    identifier : UncertaintyGuidedIdentifier, optional
+        The identifier to evaluate.
+    identify_chunk : int, optional
+        Queries per identification block (default: all).
+    ks : tuple of int
+        Recall cut-offs (those above the number of videos still count; R@K is then 100).
+    """
+    device = torch.device(device)
+    optim = config.optim
+    start = time.perf_counter()
+    videos = encode_all_videos(model, make_video_loader(split, optim.eval_video_batch), device)
+    _synchronize(device)
+    video_seconds = time.perf_counter() - start
+
+    start = time.perf_counter()
+    queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
+    sims = score_matrix(model, videos, queries, query_chunk=optim.score_chunk, video_chunk=optim.eval_video_batch)
+    gt = split.caption_video_index.to(device)
+    recall = recall_at_k(sims.score, gt, ks=ks)
+    _synchronize(device)
+    retrieval_seconds = time.perf_counter() - start
+
+    per_type = ident = None
+    if planted_types is not None:
+        types = [planted_types.get(cid) for cid in split.caption_ids]
+        per_type = per_type_recall_at_1(sims.score, gt, types)
+        if identifier is not None:
+            identified = identify_queries(identifier.to(device), sims.frame, sims.clip, gt, identify_chunk)
+            ident = identification_report(identified, types)
+    efficiency = {
+        "video_encoding_seconds": video_seconds,
+        "retrieval_seconds": retrieval_seconds,
+        "parameters_millions": model_parameters(model) / 1e6,
+        "num_queries": float(split.num_captions),
+        "num_videos": float(split.num_videos),
+    }
+    return EvaluationResult(recall=recall, per_type_r1=per_type, identification=ident, efficiency=efficiency)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,412 @@
+r"""The GMMFormer-style PRVR model that the Holmes reference trains (Holmes §3.1, App. B.6).
+
+Architecture (typed, device-agnostic; every output is a dataclass):
+
+* **Video**, two branches of the same form: input projection (LayerNorm → Dropout → Linear → ReLU),
+  learned positional embeddings (added, then LayerNorm and Dropout), then ``n_layers`` multi-width
+  Gaussian-attention blocks (Holmes Eq. 35: one block per width, global attention included, fused by
+  learned weights). The **clip branch** encodes ``M_c = 32`` mean-pooled clips, the **frame branch**
+  ``M_f = 128`` frames with a padding mask.
+* **Text**: input projection, positional embeddings, one (global) attention layer and attention pooling
+  to a single vector :math:`q` (as in MS-SL / GMMFormer).
+* **Scores** (Holmes Eq. 1-2): :math:`s^c = \max_i \cos(q, c_i)`, :math:`s^f = \max_{i \in valid}
+  \cos(q, f_i)` and :math:`s = \alpha_f s^f + \alpha_c s^c` (release :math:`\alpha_f = 0.4,
+  \alpha_c = 0.6`). The unnormalised logits :math:`\max_i q^\top c_i` that the release feeds to InfoNCE
+  are returned as well.
+
+``forward`` reads a batch by attribute (``clip_feats, frame_feats, frame_mask, query_feats, query_mask,
+query_video``) so that this module does not depend on the data package.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from reference_models.holmes.gaussian_attention import GaussianAttentionBlock, GaussianKernel, MultiWidthGaussianBlock
+
+__all__ = [
+    "ModelConfig",
+    "VideoEmbeddings",
+    "Similarities",
+    "ModelOutput",
+    "HolmesModel",
+    "max_over_positions",
+    "GMMFORMER_V2_WIDTHS",
+]
+
+#: Gaussian widths of GMMFormerV2 (relative to the sequence length, ``inf`` = global attention): eight
+#: parallel blocks, the "8 Gaussian attention blocks" of Holmes §4.
+GMMFORMER_V2_WIDTHS: tuple[float, ...] = (math.inf, 0.1, 0.5, 1.0, 3.0, 5.0, 8.0, 10.0)
+
+#: Fill value of padded frames in cosine scores: below every cosine, so padding never wins the max.
+PADDED_COSINE = -2.0
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of :class:`HolmesModel`.
+
+    Attributes
+    ----------
+    visual_dim, text_dim : int
+        Input feature sizes ``D_v`` and ``D_t`` (read from the data).
+    hidden_size : int
+        Latent size ``d`` (384 in the paper).
+    n_heads : int
+        Attention heads (4).
+    n_clips, n_frames : int
+        Maximum clip and frame positions ``M_c = 32``, ``M_f = 128`` (sizes of the positional tables).
+    max_query_len : int
+        Maximum caption length in tokens (64 for ActivityNet, 30 for TVR/Charades).
+    dropout : float
+        Dropout of input projections, embeddings and attention layers.
+    widths : tuple of float
+        Gaussian widths of the parallel blocks; ``math.inf`` is global attention. Defaults to GMMFormerV2's
+        eight widths; GMMFormer v1 used ``(inf, 0.5, 1.0, 5.0)``.
+    n_layers : int
+        Multi-width blocks stacked per video branch.
+    ffn_multiplier : int
+        Feed-forward size of each block as a multiple of ``hidden_size`` (4 as in GMMFormerV2; 0 = none).
+    kernel : {"release", "paper"}
+        Gaussian kernel form (see :mod:`reference_models.holmes.gaussian_attention`).
+    fusion : {"learned", "mean"}
+        How parallel widths are fused.
+    frame_weight, clip_weight : float
+        :math:`\\alpha_f`, :math:`\\alpha_c` of Holmes Eq. 2 (in [0, 1], summing to 1).
+    initializer_range : float
+        Standard deviation of the normal initialisation of linear and embedding weights.
+    """
+
+    visual_dim: int
+    text_dim: int
+    hidden_size: int = 384
+    n_heads: int = 4
+    n_clips: int = 32
+    n_frames: int = 128
+    max_query_len: int = 64
+    dropout: float = 0.1
+    widths: tuple[float, ...] = field(default_factory=lambda: GMMFORMER_V2_WIDTHS)
+    n_layers: int = 1
+    ffn_multiplier: int = 4
+    kernel: GaussianKernel = "release"
+    fusion: Literal["learned", "mean"] = "learned"
+    frame_weight: float = 0.4
+    clip_weight: float = 0.6
+    initializer_range: float = 0.02
+
+    def __post_init__(self) -> None:
+        sizes = ("visual_dim", "text_dim", "hidden_size", "n_heads", "n_clips", "n_frames", "max_query_len", "n_layers")
+        for name in sizes:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ModelConfig.{name} must be an int >= 1, got {value!r}")
+        if self.hidden_size % self.n_heads:
+            raise ValueError(
+                f"ModelConfig.hidden_size must be divisible by n_heads, got {self.hidden_size} and {self.n_heads}"
+            )
+        if not isinstance(self.ffn_multiplier, int) or self.ffn_multiplier < 0:
+            raise ValueError(f"ModelConfig.ffn_multiplier must be an int >= 0, got {self.ffn_multiplier!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ModelConfig.dropout must lie in [0, 1), got {self.dropout}")
+        self.widths = tuple(float(w) for w in self.widths)
+        if not self.widths or any(not w > 0 for w in self.widths):
+            raise ValueError(f"ModelConfig.widths must be a non-empty tuple of widths > 0, got {self.widths}")
+        if self.kernel not in ("release", "paper"):
+            raise ValueError(f"ModelConfig.kernel must be 'release' or 'paper', got {self.kernel!r}")
+        if self.fusion not in ("learned", "mean"):
+            raise ValueError(f"ModelConfig.fusion must be 'learned' or 'mean', got {self.fusion!r}")
+        for name in ("frame_weight", "clip_weight"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"ModelConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
+        if abs(self.frame_weight + self.clip_weight - 1.0) > 1e-6:
+            raise ValueError(
+                f"ModelConfig.frame_weight + clip_weight must be 1 (Holmes Eq. 2), got "
+                f"{self.frame_weight} + {self.clip_weight}"
+            )
+
+
+@dataclass
+class VideoEmbeddings:
+    """Encoded videos.
+
+    Attributes
+    ----------
+    clip : Tensor, shape [V, M_c, d]
+        Clip embeddings (not L2-normalised).
+    frame : Tensor, shape [V, M_f, d]
+        Frame embeddings (not L2-normalised).
+    frame_mask : Tensor, shape [V, M_f], bool
+        True for real frames, False for padding.
+    """
+
+    clip: torch.Tensor
+    frame: torch.Tensor
+    frame_mask: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.clip.shape[0]
+
+    def to(self, device: torch.device | str) -> VideoEmbeddings:
+        """The same embeddings on ``device``."""
+        return VideoEmbeddings(self.clip.to(device), self.frame.to(device), self.frame_mask.to(device))
+
+    def slice(self, start: int, stop: int) -> VideoEmbeddings:
+        """Videos ``start:stop``."""
+        return VideoEmbeddings(self.clip[start:stop], self.frame[start:stop], self.frame_mask[start:stop])
+
+
+@dataclass
+class Similarities:
+    """Query × video scores (Holmes Eq. 1-2).
+
+    Attributes
+    ----------
+    clip, frame : Tensor, shape [Q, V]
+        Clip-scale and frame-scale max-cosine scores.
+    score : Tensor, shape [Q, V]
+        :math:`\\alpha_f s^f + \\alpha_c s^c`, the ranking score.
+    """
+
+    clip: torch.Tensor
+    frame: torch.Tensor
+    score: torch.Tensor
+
+
+@dataclass
+class ModelOutput:
+    """What :meth:`HolmesModel.forward` returns for a training batch of ``V`` videos and ``Q`` queries.
+
+    Attributes
+    ----------
+    query : Tensor, shape [Q, d]
+        Query embeddings (not L2-normalised).
+    videos : VideoEmbeddings
+        The batch's encoded videos.
+    clip_sim, frame_sim, score : Tensor, shape [Q, V]
+        Clip-scale, frame-scale and combined cosine scores (Holmes Eq. 1-2).
+    query_clip_sim : Tensor, shape [Q, M_c]
+        Cosine between each query and every clip of its own video (for the intra-video loss).
+    clip_logits, frame_logits : Tensor, shape [Q, V]
+        Unnormalised scores: max over positions of the raw dot product (what the release's InfoNCE uses).
+    """
+
+    query: torch.Tensor
+    videos: VideoEmbeddings
+    clip_sim: torch.Tensor
+    frame_sim: torch.Tensor
+    score: torch.Tensor
+    query_clip_sim: torch.Tensor
+    clip_logits: torch.Tensor
+    frame_logits: torch.Tensor
+
+
+def max_over_positions(
+    queries: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None = None, *, fill: float | None = None
+) -> torch.Tensor:
+    """``out[q, v] = max_{i: mask[v, i]} queries[q] · positions[v, i]`` (Holmes Eq. 1 on normalised inputs).
+
+    Parameters
+    ----------
+    queries : Tensor, shape [Q, d]
+    positions : Tensor, shape [V, M, d]
+    mask : Tensor, shape [V, M], bool, optional
+        Valid positions; padded ones are replaced by ``fill`` before the max.
+    fill : float, optional
+        Value of padded positions (default: the most negative finite value of the dtype).
+    """
+    num_videos, num_positions, dim = positions.shape
+    dots = (queries @ positions.reshape(num_videos * num_positions, dim).t()).view(-1, num_videos, num_positions)
+    if mask is not None:
+        value = torch.finfo(dots.dtype).min if fill is None else fill
+        dots = dots.masked_fill(~mask.unsqueeze(0), value)
+    return dots.amax(dim=-1)
+
+
+class InputProjection(nn.Module):
+    """LayerNorm → Dropout → Linear → ReLU: maps input features to the latent size."""
+
+    def __init__(self, in_dim: int, out_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.LayerNorm(in_dim), nn.Dropout(dropout), nn.Linear(in_dim, out_dim), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Adds a learned embedding per position, then LayerNorm and Dropout."""
+
+    def __init__(self, max_len: int, hidden_size: int, dropout: float) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, hidden_size)
+        self.norm = nn.LayerNorm(hidden_size)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[1], device=x.device)
+        return self.dropout(self.norm(x + self.embedding(positions)))
+
+
+class VideoBranch(nn.Module):
+    """Projection, positional embeddings and multi-width Gaussian blocks for one scale (clip or frame)."""
+
+    def __init__(self, config: ModelConfig, max_len: int) -> None:
+        super().__init__()
+        widths = tuple(None if math.isinf(w) else w for w in config.widths)
+        self.projection = InputProjection(config.visual_dim, config.hidden_size, config.dropout)
+        self.position = LearnedPositionalEmbedding(max_len, config.hidden_size, config.dropout)
+        self.layers = nn.ModuleList(
+            MultiWidthGaussianBlock(
+                config.hidden_size,
+                config.n_heads,
+                widths,
+                config.dropout,
+                config.ffn_multiplier,
+                config.kernel,
+                config.fusion,
+            )
+            for _ in range(config.n_layers)
+        )
+
+    def forward(self, feats: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.position(self.projection(feats))
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+class TextEncoder(nn.Module):
+    """Projection, positional embeddings, one attention layer and attention pooling to one vector."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.projection = InputProjection(config.text_dim, config.hidden_size, config.dropout)
+        self.position = LearnedPositionalEmbedding(config.max_query_len, config.hidden_size, config.dropout)
+        self.attention = GaussianAttentionBlock(config.hidden_size, config.n_heads, None, config.dropout, 0)
+        self.pool_score = nn.Linear(config.hidden_size, 1, bias=False)
+
+    def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        tokens = self.attention(self.position(self.projection(feats)), mask)  # [Q, L, d]
+        logits = self.pool_score(tokens).squeeze(-1)
+        logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+        weights = torch.softmax(logits, dim=-1)
+        return torch.einsum("ql,qld->qd", weights, tokens)
+
+
+def _check_features(x: object, name: str, feat_dim: int, max_len: int, num: int | None = None) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.shape[2] != feat_dim or not 1 <= x.shape[1] <= max_len:
+        raise ValueError(f"{name} must have shape [N, 1..{max_len}, {feat_dim}], got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must have a floating-point dtype, got {x.dtype}")
+    if num is not None and x.shape[0] != num:
+        raise ValueError(f"{name} must hold {num} rows, got shape {tuple(x.shape)}")
+
+
+def _as_mask(mask: object, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != shape:
+        raise ValueError(f"{name} must have shape {list(shape)}, got {tuple(mask.shape)}")
+    return mask if mask.dtype == torch.bool else mask > 0
+
+
+class HolmesModel(nn.Module):
+    """GMMFormer-style dual-branch PRVR model (Holmes §3.1 Eq. 1-2, App. B.6 Eq. 35).
+
+    Parameters
+    ----------
+    config : ModelConfig
+        The architecture.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+        self.config = config
+        self.clip_branch = VideoBranch(config, config.n_clips)
+        self.frame_branch = VideoBranch(config, config.n_frames)
+        self.text_encoder = TextEncoder(config)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, ``initializer_range``) linear/embedding weights, zero biases, unit LayerNorms."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=self.config.initializer_range)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def encode_videos(
+        self, clip_feats: torch.Tensor, frame_feats: torch.Tensor, frame_mask: torch.Tensor
+    ) -> VideoEmbeddings:
+        """Encode ``clip_feats [V, M_c, D_v]`` and ``frame_feats [V, M_f, D_v]`` (``frame_mask [V, M_f]``).
+
+        A video must have at least one valid frame; one without any scores :data:`PADDED_COSINE` on the
+        frame scale.
+        """
+        cfg = self.config
+        _check_features(clip_feats, "clip_feats", cfg.visual_dim, cfg.n_clips)
+        _check_features(frame_feats, "frame_feats", cfg.visual_dim, cfg.n_frames, clip_feats.shape[0])
+        mask = _as_mask(frame_mask, "frame_mask", tuple(frame_feats.shape[:2]))
+        clip = self.clip_branch(clip_feats)
+        frame = self.frame_branch(frame_feats, mask)
+        return VideoEmbeddings(clip=clip, frame=frame, frame_mask=mask)
+
+    def encode_queries(self, query_feats: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
+        """Encode ``query_feats [Q, L, D_t]`` with ``query_mask [Q, L]`` into ``[Q, d]``."""
+        _check_features(query_feats, "query_feats", self.config.text_dim, self.config.max_query_len)
+        mask = _as_mask(query_mask, "query_mask", tuple(query_feats.shape[:2]))
+        return self.text_encoder(query_feats, mask)
+
+    def combine_scores(self, frame: torch.Tensor, clip: torch.Tensor) -> torch.Tensor:
+        """Holmes Eq. 2: :math:`\\alpha_f s^f + \\alpha_c s^c`."""
+        return self.config.frame_weight * frame + self.config.clip_weight * clip
+
+    def similarity(self, queries: torch.Tensor, videos: VideoEmbeddings) -> Similarities:
+        """Max-cosine clip and frame scores and their combination (Holmes Eq. 1-2) for all pairs.
+
+        This materialises a ``[Q, V, M]`` block; for large sets use
+        :func:`reference_models.holmes.scoring.score_matrix`.
+        """
+        q = F.normalize(queries, dim=-1)
+        clip = max_over_positions(q, F.normalize(videos.clip, dim=-1))
+        frame = max_over_positions(q, F.normalize(videos.frame, dim=-1), videos.frame_mask, fill=PADDED_COSINE)
+        return Similarities(clip=clip, frame=frame, score=self.combine_scores(frame, clip))
+
+    def forward(self, batch: Any) -> ModelOutput:
+        """Encode a training batch (read by attribute) and score its queries against its videos."""
+        videos = self.encode_videos(batch.clip_feats, batch.frame_feats, batch.frame_mask)
+        query = self.encode_queries(batch.query_feats, batch.query_mask)
+        query_video = batch.query_video
+        if not isinstance(query_video, torch.Tensor) or tuple(query_video.shape) != (query.shape[0],):
+            raise ValueError(
+                f"batch.query_video must be a tensor of shape [{query.shape[0]}], got "
+                f"{getattr(query_video, 'shape', type(query_video).__name__)}"
+            )
+        sims = self.similarity(query, videos)
+        clip_logits = max_over_positions(query, videos.clip)
+        frame_logits = max_over_positions(query, videos.frame, videos.frame_mask)
+        own_clips = F.normalize(videos.clip, dim=-1)[query_video]  # [Q, M_c, d]
+        query_clip_sim = torch.einsum("qd,qmd->qm", F.normalize(query, dim=-1), own_clips)
+        return ModelOutput(
+            query=query,
+            videos=videos,
+            clip_sim=sims.clip,
+            frame_sim=sims.frame,
+            score=sims.score,
+            query_clip_sim=query_clip_sim,
+            clip_logits=clip_logits,
+            frame_logits=frame_logits,
+        )

@@ -1,0 +1,1 @@
+"""Tests of the Holmes reference model (data, model, training)."""

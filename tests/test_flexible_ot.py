@@ -1,0 +1,279 @@
+"""Tests of FlexibleOT against POT's log-domain Sinkhorn on independently built problems."""
+
+from __future__ import annotations
+
+import numpy as np
+import ot
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evidential_prvr import FlexibleOT
+from tests.strategies.transport import epsilons, masked_similarity_batches
+
+METHODS = ["log", "kernel"]
+
+
+def reference_fot(
+    sim: np.ndarray,
+    qmask: np.ndarray,
+    cmask: np.ndarray,
+    epsilon: float,
+    quantile: float | None = 0.3,
+    normalize: str | None = "minmax",
+    marginals: str = "release",
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(plan [Mq, Mc], dustbin [Mc])`` of one video, from the issue's definition and ``ot.sinkhorn``."""
+    q_idx, c_idx = np.flatnonzero(qmask), np.flatnonzero(cmask)
+    nq, nc = len(q_idx), len(c_idx)
+    plan = np.zeros(sim.shape)
+    dustbin = np.zeros(sim.shape[1])
+    if nq == 0 and quantile is None:
+        return plan, dustbin
+    s = sim[np.ix_(q_idx, c_idx)].astype(np.float64)
+    if normalize == "minmax" and s.size:
+        s = (s - s.min()) / (s.max() - s.min() + 1e-8)
+    if quantile is None:
+        a = np.full(nq, 1.0 / nq)
+        gains = s
+    else:
+        z = np.sort(s.ravel())[max(1, int(np.floor(quantile * s.size))) - 1] if s.size else 0.0
+        gains = np.vstack([s, np.full((1, nc), z)])
+        if marginals == "release":
+            a = np.append(np.full(nq, 1.0 / (nc + nq)), nc / (nc + nq))
+        else:
+            a = np.full(nq + 1, 1.0 / (nq + 1))
+    b = np.full(nc, 1.0 / nc)
+    q = ot.sinkhorn(a, b, -gains, epsilon, method="sinkhorn_log", numItermax=200000, stopThr=1e-13)
+    plan[np.ix_(q_idx, c_idx)] = q[:nq]
+    if quantile is not None:
+        dustbin[c_idx] = q[nq]
+    return plan, dustbin
+
+
+def converged(**kwargs) -> FlexibleOT:
+    return FlexibleOT(n_iters=50000, tol=1e-12, **kwargs)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("marginals", ["release", "uniform"])
+@settings(max_examples=15)
+@given(batch=masked_similarity_batches(), epsilon=epsilons, quantile=st.floats(0.05, 0.95))
+def test_matches_pot(method, marginals, batch, epsilon, quantile):
+    sim, qmask, cmask = batch
+    fot = converged(epsilon=epsilon, dustbin_quantile=quantile, marginals=marginals, method=method)
+    out = fot(sim, qmask, cmask)
+    for k in range(sim.shape[0]):
+        plan, dustbin = reference_fot(
+            sim[k].numpy(), qmask[k].numpy(), cmask[k].numpy(), epsilon, quantile, "minmax", marginals
+        )
+        np.testing.assert_allclose(out.plan[k].numpy(), plan, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(out.dustbin[k].numpy(), dustbin, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@settings(max_examples=10)
+@given(batch=masked_similarity_batches(scale=3.0), epsilon=st.floats(0.5, 2.0))
+def test_matches_pot_without_normalisation_and_without_dustbin(method, batch, epsilon):
+    sim, qmask, cmask = batch
+    for quantile in (0.3, None):
+        out = converged(epsilon=epsilon, dustbin_quantile=quantile, normalize=None, method=method)(sim, qmask, cmask)
+        for k in range(sim.shape[0]):
+            plan, _ = reference_fot(sim[k].numpy(), qmask[k].numpy(), cmask[k].numpy(), epsilon, quantile, None)
+            np.testing.assert_allclose(out.plan[k].numpy(), plan, atol=1e-6, rtol=0)
+
+
+@settings(max_examples=10)
+@given(batch=masked_similarity_batches(), marginals=st.sampled_from(["release", "uniform"]))
+def test_pot_problem_reproduces_plan(batch, marginals):
+    sim, qmask, cmask = batch
+    fot = converged(marginals=marginals)
+    out = fot(sim, qmask, cmask)
+    for k, problem in enumerate(fot.pot_problem(sim, qmask, cmask)):
+        q = ot.sinkhorn(problem.a, problem.b, problem.M, problem.reg, method="sinkhorn_log", stopThr=1e-13,
+                        numItermax=200000)
+        nq = len(problem.query_index)
+        ours = out.plan[k].numpy()[np.ix_(problem.query_index, problem.clip_index)]
+        np.testing.assert_allclose(ours, q[:nq], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(out.dustbin[k].numpy()[problem.clip_index], q[nq], atol=1e-6, rtol=0)
+
+
+@settings(max_examples=15)
+@given(batch=masked_similarity_batches(), marginals=st.sampled_from(["release", "uniform"]))
+def test_marginals_padding_and_assignment(batch, marginals):
+    sim, qmask, cmask = batch
+    out = converged(marginals=marginals)(sim, qmask, cmask)
+    nq = qmask.sum(1, keepdim=True).double()
+    nc = cmask.sum(1, keepdim=True).double()
+    # clips: 1/Mc each, split between queries and dustbin
+    clip_mass = out.plan.sum(1) + out.dustbin
+    torch.testing.assert_close(clip_mass, cmask.double() / nc, atol=1e-9, rtol=0)
+    query_mass = 1.0 / (nc + nq) if marginals == "release" else 1.0 / (nq + 1)
+    torch.testing.assert_close(out.plan.sum(2), qmask.double() * query_mass, atol=1e-9, rtol=0)
+    padded = ~(qmask.unsqueeze(2) & cmask.unsqueeze(1))
+    for tensor in (out.plan, out.assignment, out.similarity):
+        assert bool((tensor[padded] == 0).all())
+    assert bool((out.dustbin[~cmask] == 0).all())
+    torch.testing.assert_close(out.assignment.sum(2), qmask.double(), atol=1e-12, rtol=0)
+
+
+@settings(max_examples=10)
+@given(batch=masked_similarity_batches(allow_empty_videos=False), data=st.data())
+def test_permutation_equivariance(batch, data):
+    sim, qmask, cmask = batch
+    mq, mc = sim.shape[1:]
+    qperm = torch.tensor(data.draw(st.permutations(range(mq))))
+    cperm = torch.tensor(data.draw(st.permutations(range(mc))))
+    fot = converged()
+    out = fot(sim, qmask, cmask)
+    permuted = fot(sim[:, qperm][:, :, cperm], qmask[:, qperm], cmask[:, cperm])
+    torch.testing.assert_close(permuted.plan, out.plan[:, qperm][:, :, cperm], atol=1e-10, rtol=0)
+    torch.testing.assert_close(permuted.dustbin, out.dustbin[:, cperm], atol=1e-10, rtol=0)
+
+
+def test_dustbin_absorbs_clips_below_the_dustbin_value():
+    # 2 queries x 10 clips: clips 0-2 relevant (1.0), clips 3-9 irrelevant (<= 0.1)
+    sim = torch.zeros(1, 2, 10, dtype=torch.float64)
+    sim[0, :, :3] = 1.0
+    sim[0, :, 3:] = torch.linspace(0.0, 0.1, 7, dtype=torch.float64)
+    out = converged(epsilon=0.01)(sim)
+    z = float(out.dustbin_value[0])
+    assert z <= 0.1 / (1.0 + 1e-8) + 1e-12  # 0.3 quantile of 20 entries: among the irrelevant ones
+    # irrelevant clips send all their mass (1/10) to the dustbin, none to the queries
+    torch.testing.assert_close(out.dustbin[0, 3:], torch.full((7,), 0.1, dtype=torch.float64), atol=1e-6, rtol=0)
+    assert float(out.plan[0, :, 3:].sum()) < 1e-6
+    assert float(out.assignment[0, :, :3].sum()) > 2 - 1e-6
+
+
+@pytest.mark.parametrize("normalize", ["minmax", None])
+@pytest.mark.parametrize("method", METHODS)
+def test_gradcheck_autodiff(normalize, method):
+    gen = torch.Generator().manual_seed(3)
+    sim = torch.rand(2, 2, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    qmask = torch.tensor([[True, True], [True, False]])
+    cmask = torch.tensor([[True, True, True, False], [True, True, True, True]])
+    fot = FlexibleOT(epsilon=0.5, n_iters=10, normalize=normalize, grad="autodiff", method=method)
+
+    def outputs(s):
+        out = fot(s, qmask, cmask)
+        return out.plan, out.dustbin, out.assignment
+
+    assert torch.autograd.gradcheck(outputs, (sim,))
+
+
+def test_detach_mode_keeps_gradient_of_the_similarity_only():
+    sim = torch.rand(2, 3, 4, requires_grad=True)
+    out = FlexibleOT()(sim)
+    assert not out.plan.requires_grad and not out.assignment.requires_grad and not out.dustbin.requires_grad
+    assert out.similarity.requires_grad
+
+
+def test_padded_values_do_not_matter_and_minmax_uses_valid_entries_only():
+    gen = torch.Generator().manual_seed(4)
+    sim = torch.rand(2, 3, 5, generator=gen)
+    qmask = torch.tensor([[True, True, False], [True, True, True]])
+    cmask = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    poisoned = sim.clone()
+    poisoned[0, 2] = float("nan")
+    poisoned[1, :, 3:] = 1e4
+    a, b = FlexibleOT()(sim, qmask, cmask), FlexibleOT()(poisoned, qmask, cmask)
+    torch.testing.assert_close(a.plan, b.plan, rtol=0, atol=0)
+    valid = qmask.unsqueeze(2) & cmask.unsqueeze(1)
+    assert float(a.similarity[0][valid[0]].max()) == pytest.approx(1.0, abs=1e-6)
+    assert float(a.similarity[0][valid[0]].min()) == 0.0
+
+
+@pytest.mark.parametrize("method", ["auto", "log"])
+def test_extreme_epsilon_and_similarity_stay_finite(method):
+    gen = torch.Generator().manual_seed(5)
+    sim = (torch.rand(3, 4, 6, generator=gen) * 2 - 1) * 1e3
+    for normalize in ("minmax", None):
+        out = FlexibleOT(epsilon=1e-3, normalize=normalize, method=method)(sim)
+        for tensor in (out.plan, out.dustbin, out.assignment):
+            assert bool(torch.isfinite(tensor).all())
+        torch.testing.assert_close(out.assignment.sum(2), torch.ones(3, 4), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 1), (2, 1, 5), (2, 4, 1)])
+def test_single_query_or_clip(shape):
+    sim = torch.randn(*shape, dtype=torch.float64)
+    out = converged()(sim)
+    for k in range(shape[0]):
+        plan, dustbin = reference_fot(sim[k].numpy(), np.ones(shape[1], bool), np.ones(shape[2], bool), 0.1)
+        np.testing.assert_allclose(out.plan[k].numpy(), plan, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(out.dustbin[k].numpy(), dustbin, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out.assignment.sum(2), torch.ones(shape[:2], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs_are_computed_in_float32(dtype):
+    sim = torch.rand(2, 3, 8).to(dtype)
+    out = FlexibleOT()(sim)
+    assert out.plan.dtype == torch.float32
+    torch.testing.assert_close(out.plan, FlexibleOT()(sim.float()).plan)
+
+
+def test_device(device):
+    sim = torch.rand(2, 3, 4, device=device)
+    qmask = torch.tensor([[True, False, True], [True, True, True]], device=device)
+    out = FlexibleOT()(sim, qmask)
+    assert out.plan.device.type == device.type and out.dustbin.device.type == device.type
+
+
+def test_tolerance_stops_close_to_convergence():
+    sim = torch.rand(4, 5, 8, dtype=torch.float64)
+    full = converged()(sim)
+    early = FlexibleOT(n_iters=50000, tol=1e-6)(sim)
+    torch.testing.assert_close(early.plan, full.plan, atol=1e-5, rtol=0)
+
+
+def test_presets():
+    release = FlexibleOT.from_preset("release")
+    assert (release.epsilon, release.n_iters, release.dustbin_quantile, release.normalize) == (0.1, 50, 0.3, "minmax")
+    assert (release.marginals, release.tol, release.grad) == ("release", None, "detach")
+    paper = FlexibleOT.from_preset("paper")
+    assert (paper.normalize, paper.marginals, paper.dustbin_quantile) == (None, "uniform", 0.3)
+    with pytest.raises(ValueError, match="preset"):
+        FlexibleOT.from_preset("best")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"dustbin_quantile": 0.0}, "dustbin_quantile"),
+        ({"dustbin_quantile": 1.0}, "dustbin_quantile"),
+        ({"n_iters": 0}, "n_iters"),
+        ({"normalize": "zscore"}, "normalize"),
+        ({"marginals": "superglue"}, "marginals"),
+        ({"grad": "envelope"}, "grad"),
+        ({"tol": 0.0}, "tol"),
+        ({"method": "fast"}, "method"),
+    ],
+)
+def test_bad_hyperparameters(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        FlexibleOT(**kwargs)
+
+
+def test_bad_inputs():
+    fot = FlexibleOT()
+    sim = torch.rand(2, 3, 4)
+    with pytest.raises(ValueError, match="sim must be a 3-D"):
+        fot(torch.rand(3, 4))
+    with pytest.raises(TypeError, match="sim"):
+        fot(torch.ones(2, 3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"query_mask must have shape \(2, 3\)"):
+        fot(sim, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"clip_mask must have shape \(2, 4\)"):
+        fot(sim, None, torch.ones(4, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="clip_mask must mark at least one valid clip"):
+        fot(sim, None, torch.tensor([[True] * 4, [False] * 4]))
+    with pytest.raises(ValueError, match="query_mask must be boolean"):
+        fot(sim, torch.full((2, 3), 0.5))
+    bad = sim.clone()
+    bad[1, 2, 3] = float("inf")
+    with pytest.raises(ValueError, match="finite"):
+        fot(bad)
