@@ -111,4 +111,6 @@ def check_index_vector(x: object, name: str, *, length: int, upper: int) -> None
 def check_square(x: torch.Tensor, name: str) -> None:
     """Raise ``ValueError`` unless ``x`` is a square 2-D tensor (e.g. a cost with positives on the diagonal)."""
     if x.dim() != 2 or x.shape[0] != x.shape[1]:
-        raise ValueError(f"{name} must be a square [B, B] matrix (positives on the diagonal), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must be a square [B, B] matrix (positives on the diagonal), got shape {tuple(x.shape)}"
+        )

@@ -130,9 +130,10 @@ def build_intra_video_batch(
     query_index = torch.full((n_videos * max_queries,), -1, dtype=torch.long, device=device)
     query_index = query_index.scatter(0, slots, order).view(n_videos, max_queries)
     query_mask = query_index >= 0
-    gather = query_index.clamp_min(0).view(-1)
-    queries = query_emb.index_select(0, gather).view(n_videos, max_queries, dim)
-    queries = queries * query_mask.unsqueeze(2).to(queries.dtype)
+    # padded slots read an appended zero row (also works when the batch has no query at all)
+    padded_emb = torch.cat([query_emb, query_emb.new_zeros(1, dim)], dim=0)
+    gather = torch.where(query_mask, query_index, torch.full_like(query_index, n_queries)).view(-1)
+    queries = padded_emb.index_select(0, gather).view(n_videos, max_queries, dim)
 
     q = F.normalize(queries, dim=-1) if cosine else queries
     c = F.normalize(clip_emb, dim=-1) if cosine else clip_emb

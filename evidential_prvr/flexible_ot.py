@@ -254,8 +254,12 @@ class FlexibleOT(nn.Module):
         count = valid.reshape(batch, -1).sum(dim=1)
         wide = torch.float64 if x.device.type != "mps" else torch.float32
         k = torch.floor(self.dustbin_quantile * count.to(wide)).long().clamp_min(1)
-        ordered = flat.sort(dim=1).values
-        z = ordered.gather(1, (k - 1).clamp_max(flat.shape[1] - 1).unsqueeze(1)).squeeze(1)
+        k_min, k_max = (int(v) for v in torch.stack([k.min(), k.max()]).tolist())  # one host sync
+        if k_min == k_max:  # every video has the same number of valid entries: one k for all rows
+            z = torch.kthvalue(flat, k_max, dim=1).values
+        else:  # the k_max smallest in order (padding is +inf, so it never comes before a valid entry)
+            smallest = torch.topk(flat, k_max, dim=1, largest=False, sorted=True).values
+            z = smallest.gather(1, (k - 1).unsqueeze(1)).squeeze(1)
         return torch.where(count > 0, z, torch.zeros_like(z))
 
     def _marginals(self, qmask: torch.Tensor, cmask: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

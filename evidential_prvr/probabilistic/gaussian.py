@@ -273,5 +273,3 @@ def reparameterised_sample(
     shape = (*mu.shape[:-1], n, mu.shape[-1])
     noise = torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
     return mu.unsqueeze(-2) + torch.exp(0.5 * logvar).unsqueeze(-2) * noise
-
-
