@@ -99,7 +99,9 @@ def build_intra_video_batch(
     if n_videos < 1 or n_clips < 1:
         raise ValueError(f"clip_emb must be [V, Mc, d] with V, Mc >= 1, got shape {tuple(clip_emb.shape)}")
     if query_video.shape[0] != n_queries:
-        raise ValueError(f"query_video must have shape ({n_queries},) to match query_emb, got {tuple(query_video.shape)}")
+        raise ValueError(
+            f"query_video must have shape ({n_queries},) to match query_emb, got {tuple(query_video.shape)}"
+        )
     if n_queries and bool(((query_video < 0) | (query_video >= n_videos)).any()):
         raise ValueError(f"query_video must hold video indices in [0, {n_videos - 1}]")
     if clip_mask is None:

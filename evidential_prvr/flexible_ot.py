@@ -22,7 +22,7 @@ from evidential_prvr._checks import (
     check_tensor,
     compute_dtype,
 )
-from evidential_prvr.functional.sinkhorn import SINKHORN_GRADS, SINKHORN_METHODS, sinkhorn
+from evidential_prvr.functional.sinkhorn import SINKHORN_GRADS, SINKHORN_METHODS, sinkhorn_unchecked
 
 __all__ = ["FlexibleOT", "FlexibleOTResult", "POTProblem", "FOT_MARGINALS", "FOT_NORMALIZATIONS"]
 
@@ -131,6 +131,10 @@ class FlexibleOT(nn.Module):
     uniform marginals of App. B.5). ``dustbin_quantile=None`` disables the dustbin (plain OT of Eq. 19,
     queries :math:`1/M_q` each; the Table 3 "OT" ablation).
 
+    Because the problem is balanced, the constant dustbin row only shifts the objective by
+    :math:`z` times the dustbin's mass: the plan does not depend on :math:`z` (nor on
+    ``dustbin_quantile``), only on the dustbin's flat profile and its marginal.
+
     Parameters
     ----------
     epsilon : float
@@ -229,12 +233,19 @@ class FlexibleOT(nn.Module):
             bad = torch.nonzero(no_clip).flatten()[:5].tolist()
             raise ValueError(f"clip_mask must mark at least one valid clip per video; videos {bad} have none")
         valid = qmask.unsqueeze(2) & cmask.unsqueeze(1)
-        if not bool(torch.isfinite(torch.where(valid, sim, torch.zeros((), dtype=sim.dtype, device=sim.device))).all()):
+        dense = query_mask is None and clip_mask is None
+        checked = sim if dense else torch.where(valid, sim, torch.zeros((), dtype=sim.dtype, device=sim.device))
+        if not bool(torch.isfinite(checked).all()):
             raise ValueError("sim must be finite at the valid (query, clip) entries, got NaN or Inf")
         return qmask, cmask, valid
 
-    def _similarity(self, sim: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """The (normalised) similarities, padded entries set to 0."""
+    def _similarity(self, sim: torch.Tensor, valid: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        """The (normalised) similarities, padded entries set to 0 (``dense``: no entry is padded)."""
+        if dense:
+            if self.normalize != "minmax":
+                return sim
+            low = sim.amin(dim=(1, 2), keepdim=True)
+            return (sim - low) / (sim.amax(dim=(1, 2), keepdim=True) - low + _MINMAX_EPS)
         zero = torch.zeros((), dtype=sim.dtype, device=sim.device)
         x = torch.where(valid, sim, zero)
         if self.normalize == "minmax":
@@ -247,22 +258,40 @@ class FlexibleOT(nn.Module):
             x = torch.where(valid, (x - low) / (high - low + _MINMAX_EPS), zero)
         return x
 
-    def _dustbin_value(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def _dustbin_value(self, x: torch.Tensor, valid: torch.Tensor, dense: bool = False) -> torch.Tensor:
         """``[B]`` the k-th smallest valid entry, k = max(1, floor(q * n_valid)); 0 without valid entry."""
         batch = x.shape[0]
-        flat = torch.where(valid, x, torch.tensor(float("inf"), dtype=x.dtype, device=x.device)).reshape(batch, -1)
+        if dense:
+            flat = x.reshape(batch, -1)
+        else:
+            flat = torch.where(valid, x, torch.tensor(float("inf"), dtype=x.dtype, device=x.device))
+            flat = flat.reshape(batch, -1)
         count = valid.reshape(batch, -1).sum(dim=1)
         wide = torch.float64 if x.device.type != "mps" else torch.float32
         k = torch.floor(self.dustbin_quantile * count.to(wide)).long().clamp_min(1)
+        if flat.device.type == "cpu" and not flat.requires_grad:
+            # NumPy's introselect is several times faster than torch.kthvalue/topk on CPU
+            k_np = k.numpy()
+            part = np.partition(flat.numpy(), np.unique(k_np) - 1, axis=1)
+            z = torch.from_numpy(part[np.arange(batch), k_np - 1])
+        else:
+            z = self._kth_smallest_torch(flat, k)
+        return torch.where(count > 0, z, torch.zeros_like(z))
+
+    @staticmethod
+    def _kth_smallest_torch(flat: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Row-wise k-th smallest with torch ops (differentiable, any device)."""
         k_min, k_max = (int(v) for v in torch.stack([k.min(), k.max()]).tolist())  # one host sync
         if k_min == k_max:  # every video has the same number of valid entries: one k for all rows
             z = torch.kthvalue(flat, k_max, dim=1).values
         else:  # the k_max smallest in order (padding is +inf, so it never comes before a valid entry)
             smallest = torch.topk(flat, k_max, dim=1, largest=False, sorted=True).values
             z = smallest.gather(1, (k - 1).unsqueeze(1)).squeeze(1)
-        return torch.where(count > 0, z, torch.zeros_like(z))
+        return z
 
-    def _marginals(self, qmask: torch.Tensor, cmask: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    def _marginals(
+        self, qmask: torch.Tensor, cmask: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Row marginals ``[B, Mq (+1)]`` and clip marginals ``[B, Mc]``; 0 at padded entries."""
         nq = qmask.sum(dim=1, keepdim=True).to(dtype)
         nc = cmask.sum(dim=1, keepdim=True).to(dtype)
@@ -298,14 +327,14 @@ class FlexibleOT(nn.Module):
             the compute dtype; padded entries exactly 0.
         """
         qmask, cmask, valid = self._validate(sim, query_mask, clip_mask)
-        return self._solve(sim, qmask, cmask, valid)
+        return self._solve(sim, qmask, cmask, valid, dense=query_mask is None and clip_mask is None)
 
     def _solve(
-        self, sim: torch.Tensor, qmask: torch.Tensor, cmask: torch.Tensor, valid: torch.Tensor
+        self, sim: torch.Tensor, qmask: torch.Tensor, cmask: torch.Tensor, valid: torch.Tensor, dense: bool = False
     ) -> FlexibleOTResult:
-        """:meth:`forward` on validated inputs and boolean masks."""
+        """:meth:`forward` on validated inputs and boolean masks (``dense``: no padding at all)."""
         dtype = compute_dtype(sim)
-        similarity = self._similarity(sim.to(dtype), valid)
+        similarity = self._similarity(sim.to(dtype), valid, dense)
         x = similarity if self.grad == "autodiff" else similarity.detach()
         batch, mq, mc = x.shape
         a, b = self._marginals(qmask, cmask, dtype)
@@ -313,9 +342,9 @@ class FlexibleOT(nn.Module):
             scores = x
             z = torch.zeros(batch, dtype=dtype, device=x.device)
         else:
-            z = self._dustbin_value(x, valid)
+            z = self._dustbin_value(x, valid, dense)
             scores = torch.cat([x, z.view(batch, 1, 1).expand(batch, 1, mc)], dim=1)
-        full = sinkhorn(scores, a, b, self.epsilon, self.n_iters, self.tol, self.method, self.grad)
+        full = sinkhorn_unchecked(scores, a, b, self.epsilon, self.n_iters, self.tol, self.method, self.grad)
         plan = full[:, :mq]
         dustbin = full[:, mq] if self.dustbin_quantile is not None else torch.zeros_like(full[:, 0])
         row_mass = plan.sum(dim=2, keepdim=True)

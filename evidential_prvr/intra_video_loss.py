@@ -153,17 +153,19 @@ class IntraVideoEvidentialLoss(nn.Module):
         """
         fot = self._transport
         qmask, cmask, valid = fot._validate(sim, query_mask, clip_mask)
+        dense = query_mask is None and clip_mask is None
         if self.assignment == "softmax":
             transport = None
-            similarity = fot._similarity(sim.to(compute_dtype(sim)), valid)
+            similarity = fot._similarity(sim.to(compute_dtype(sim)), valid, dense)
             logits = (similarity.detach() / fot.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
             target = torch.where(valid, torch.softmax(logits, dim=2), torch.zeros_like(similarity))
         else:
-            transport = fot._solve(sim, qmask, cmask, valid)
+            transport = fot._solve(sim, qmask, cmask, valid, dense)
             similarity = transport.similarity  # keeps its gradient
             target = transport.assignment.detach()
 
-        alpha = torch.where(valid, evidence(similarity, self.tau, self.tanh_scaling) + 1.0, torch.zeros_like(similarity))
+        alpha = evidence(similarity, self.tau, self.tanh_scaling) + 1.0
+        alpha = torch.where(valid, alpha, torch.zeros_like(alpha))
         # a padded query row has alpha = 0 everywhere; give it a harmless dummy row and mask it out
         safe_alpha = torch.where(qmask.unsqueeze(2), alpha, torch.ones_like(alpha))
         per_query = torch.where(qmask, dirichlet_mse_kernel(safe_alpha, target), torch.zeros_like(alpha[..., 0]))

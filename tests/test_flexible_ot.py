@@ -277,3 +277,46 @@ def test_bad_inputs():
     bad[1, 2, 3] = float("inf")
     with pytest.raises(ValueError, match="finite"):
         fot(bad)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_dustbin_value_is_the_same_on_the_differentiable_path(ragged):
+    # the CPU fast path (NumPy selection, no gradient) and the torch path (autodiff) must agree
+    gen = torch.Generator().manual_seed(6)
+    sim = torch.rand(4, 3, 7, generator=gen, dtype=torch.float64)
+    qmask = torch.tensor([[True, True, True], [True, False, True], [False, False, True], [True] * 3])
+    qmask = qmask if ragged else torch.ones(4, 3, dtype=torch.bool)
+    fot = FlexibleOT(grad="autodiff", dustbin_quantile=0.45)
+    plain = fot(sim, qmask)
+    tracked = fot(sim.clone().requires_grad_(True), qmask)
+    torch.testing.assert_close(tracked.dustbin_value.detach(), plain.dustbin_value, rtol=0, atol=0)
+    expected = []
+    for k in range(4):
+        s = plain.similarity[k][qmask[k]].flatten().sort().values
+        expected.append(s[max(1, int(0.45 * s.numel())) - 1])
+    torch.testing.assert_close(plain.dustbin_value, torch.stack(expected), rtol=0, atol=0)
+
+
+def test_unmasked_fast_path_equals_all_true_masks_and_is_differentiable():
+    gen = torch.Generator().manual_seed(7)
+    sim = torch.rand(3, 4, 6, generator=gen, dtype=torch.float64)
+    ones_q, ones_c = torch.ones(3, 4, dtype=torch.bool), torch.ones(3, 6, dtype=torch.bool)
+    for normalize in ("minmax", None):
+        fot = FlexibleOT(normalize=normalize)
+        dense, masked = fot(sim), fot(sim, ones_q, ones_c)
+        for name in ("plan", "dustbin", "assignment", "similarity", "dustbin_value"):
+            torch.testing.assert_close(getattr(dense, name), getattr(masked, name), rtol=0, atol=1e-15)
+    fot = FlexibleOT(epsilon=0.5, n_iters=10, grad="autodiff")
+    leaf = sim[:2, :2, :3].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda s: fot(s).plan, (leaf,))
+
+
+@settings(max_examples=10)
+@given(batch=masked_similarity_batches(), marginals=st.sampled_from(["release", "uniform"]))
+def test_plan_does_not_depend_on_the_dustbin_value(batch, marginals):
+    # balanced problem, constant dustbin row: z * (dustbin mass) is a constant of the objective
+    sim, qmask, cmask = batch
+    low = converged(dustbin_quantile=0.1, marginals=marginals)(sim, qmask, cmask)
+    high = converged(dustbin_quantile=0.9, marginals=marginals)(sim, qmask, cmask)
+    torch.testing.assert_close(low.plan, high.plan, atol=1e-9, rtol=0)
+    torch.testing.assert_close(low.dustbin, high.dustbin, atol=1e-9, rtol=0)

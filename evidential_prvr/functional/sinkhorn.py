@@ -34,7 +34,14 @@ from evidential_prvr._checks import (
     compute_dtype,
 )
 
-__all__ = ["SINKHORN_METHODS", "SINKHORN_GRADS", "kernel_range_bound", "select_sinkhorn_method", "sinkhorn"]
+__all__ = [
+    "SINKHORN_METHODS",
+    "SINKHORN_GRADS",
+    "kernel_range_bound",
+    "select_sinkhorn_method",
+    "sinkhorn",
+    "sinkhorn_unchecked",
+]
 
 SINKHORN_METHODS = ("auto", "log", "kernel")
 """Iteration schemes of :func:`sinkhorn`."""
@@ -55,14 +62,16 @@ def kernel_range_bound(dtype: torch.dtype) -> float:
     return _KERNEL_SAFETY * -math.log(torch.finfo(dtype).tiny)
 
 
-def _fill_invalid(scores: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _fill_invalid(
+    scores: torch.Tensor, valid: torch.Tensor, maybe_empty: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Replace masked entries by the problem's valid minimum; also return the valid min and max."""
     inf = torch.tensor(float("inf"), dtype=scores.dtype, device=scores.device)
     low = torch.where(valid, scores, inf).amin(dim=(1, 2), keepdim=True)
     high = torch.where(valid, scores, -inf).amax(dim=(1, 2), keepdim=True)
-    # problems without any valid entry (handled as all-zero plans) get a harmless range of 0
-    low = torch.where(torch.isfinite(low), low, torch.zeros_like(low))
-    high = torch.where(torch.isfinite(high), high, low)
+    if maybe_empty:  # problems without any valid entry get a harmless range of 0
+        low = torch.where(torch.isfinite(low), low, torch.zeros_like(low))
+        high = torch.where(torch.isfinite(high), high, low)
     return torch.where(valid, scores, low), low, high
 
 
@@ -184,29 +193,47 @@ def sinkhorn(
 
     dtype = compute_dtype(scores)
     mass_tol = max(1e-5, 8 * torch.finfo(a.dtype).eps, 8 * torch.finfo(b.dtype).eps)
+    row_valid, col_valid = a > 0, b > 0
+    solvable = row_valid.any(dim=1) & col_valid.any(dim=1)
+    mass_a, mass_b = a.detach().to(dtype).sum(dim=1), b.detach().to(dtype).sum(dim=1)
+    mismatch = (mass_a - mass_b).abs() > mass_tol * torch.maximum(mass_a, mass_b)
+    if bool((mismatch & solvable).any()):
+        raise ValueError("a and b must have the same total mass in every problem (balanced transport)")
+    valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
+    if not bool(torch.isfinite(torch.where(valid, scores.detach(), 0.0)).all()):
+        raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")
+    return sinkhorn_unchecked(scores, a, b, epsilon, n_iters, tol, method, grad, check_every)
+
+
+def sinkhorn_unchecked(
+    scores: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    epsilon: float,
+    n_iters: int,
+    tol: float | None,
+    method: str,
+    grad: str,
+    check_every: int = 10,
+) -> torch.Tensor:
+    """:func:`sinkhorn` without argument validation, for callers that build valid problems themselves."""
+    batch, n, m = scores.shape
+    dtype = compute_dtype(scores)
     a = a.detach().to(dtype)
     b = b.detach().to(dtype)
     row_valid, col_valid = a > 0, b > 0
     valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
     solvable = row_valid.any(dim=1) & col_valid.any(dim=1)
-    mass_a, mass_b = a.sum(dim=1), b.sum(dim=1)
-    mismatch = (mass_a - mass_b).abs() > mass_tol * torch.maximum(mass_a, mass_b)
-    if bool((mismatch & solvable).any()):
-        raise ValueError("a and b must have the same total mass in every problem (balanced transport)")
     valid_scores = torch.where(valid, scores.to(dtype), torch.zeros((), dtype=dtype, device=scores.device))
-    if not bool(torch.isfinite(valid_scores).all()):
-        raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")
 
     # problems with nothing to transport are solved as a dummy uniform problem and zeroed at the end
-    uniform_a = torch.full_like(a, 1.0 / n)
-    uniform_b = torch.full_like(b, 1.0 / m)
-    a = torch.where(solvable.unsqueeze(1), a, uniform_a)
-    b = torch.where(solvable.unsqueeze(1), b, uniform_b)
+    a = torch.where(solvable.unsqueeze(1), a, torch.full_like(a, 1.0 / n))
+    b = torch.where(solvable.unsqueeze(1), b, torch.full_like(b, 1.0 / m))
     valid = valid | ~solvable.view(batch, 1, 1)
 
     with torch.set_grad_enabled(grad == "autodiff" and torch.is_grad_enabled()):
         x = valid_scores if grad == "autodiff" else valid_scores.detach()
-        log_kernel, low, high = _fill_invalid(x / epsilon, valid)
+        log_kernel, low, high = _fill_invalid(x / epsilon, valid, maybe_empty=False)
         spread = float((high - low).detach().max())  # the one host sync before the loop
         if method == "auto":
             method = "kernel" if spread <= kernel_range_bound(dtype) else "log"
@@ -267,16 +294,16 @@ def _iterate_kernel(
     depend on that scale, and with it :math:`K\\tilde v \\in [e^{-R}, m]`, so :math:`u` and :math:`v`
     stay within :math:`e^{\\pm R}` times ratios of the marginals and never overflow or vanish.
     """
-    # K v as a batched matrix-vector product; K^T u as a broadcast product summed over rows, which
-    # is faster on CPU than a bmm with the transposed (non-contiguous) kernel
-    v = torch.ones_like(b)
-    u = a
+    # u as a column [B, n, 1] and v as a row [B, 1, m]: both products are broadcast-multiply-sums.
+    # The gradient through the normaliser max(v) sums to zero (the plan does not depend on it).
+    a_col, b_row = a.unsqueeze(2), b.unsqueeze(1)
+    v = torch.ones_like(b_row)
+    u = a_col
     for it in range(1, n_iters + 1):
-        v_scaled = v / v.detach().amax(dim=1, keepdim=True)
-        u = a / torch.bmm(kernel, v_scaled.unsqueeze(2)).squeeze(2)
-        v = b / (kernel * u.unsqueeze(2)).sum(dim=1)
+        u = a_col / (kernel * (v / v.amax(dim=2, keepdim=True))).sum(dim=2, keepdim=True)
+        v = b_row / (kernel * u).sum(dim=1, keepdim=True)
         if tol is not None and it % check_every == 0 and it < n_iters:
-            row_mass = u * torch.bmm(kernel, v.unsqueeze(2)).squeeze(2)
-            if _converged(row_mass, a, tol):
+            row_mass = u * (kernel * v).sum(dim=2, keepdim=True)
+            if _converged(row_mass.squeeze(2), a, tol):
                 break
-    return u.unsqueeze(2) * kernel * v.unsqueeze(1)
+    return u * kernel * v

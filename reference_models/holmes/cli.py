@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -158,7 +157,7 @@ def _train(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cfg.to_json(out / "config.json")
     trainer = Trainer(cfg, splits["train"], splits["val"], out, device=args.device, seed=args.seed, amp=args.amp,
-                      show_progress=not args.no_progress, num_workers=args.num_workers)
+                      show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True)
     result = trainer.fit(resume=args.resume)
     model = trainer.load_best()
     planted = _planted(args.data_root, args.collection)
@@ -212,7 +211,6 @@ def _demo(args: argparse.Namespace) -> int:
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
     from reference_models.holmes.trainer import Trainer
 
-    logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)) if args.device == "cpu" else torch.get_num_threads())
     out = Path(args.output_dir)
     start = time.perf_counter()
@@ -229,7 +227,7 @@ def _demo(args: argparse.Namespace) -> int:
     for name, cfg in variants.items():
         t0 = time.perf_counter()
         trainer = Trainer(cfg, splits["train"], splits["val"], out / name, device=args.device, seed=args.seed,
-                          show_progress=not args.no_progress, num_workers=args.num_workers)
+                          show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True)
         fit = trainer.fit()
         model = trainer.load_best()
         # Every variant is identified with the same (Holmes) identifier settings, so the rows compare.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -321,12 +322,13 @@ def _embedded() -> HolmesConfig:
     # CPU cores. The loss weights keep the release's TVR balance; τ values are the release's TVR ones.
     return HolmesConfig(
         name="embedded",
-        model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1),
-        optim=OptimSettings(lr=1e-3, videos_per_batch=32, epochs=12, early_stop_patience=100, max_query_len=30,
+        model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1,
+                            widths=[math.inf, 1.0, 5.0], ffn_multiplier=1),
+        optim=OptimSettings(lr=1e-3, videos_per_batch=16, epochs=15, early_stop_patience=100, max_query_len=30,
                             eval_video_batch=256, eval_query_batch=512, score_chunk=512),
         loss=LossSettings(nce_clip=0.05, nce_frame=0.04, div=8e-5, intra=0.8, inter=0.2, margin=0.1,
                           div_delta=0.15, loss_dataset="tvr"),
-        schedule=ScheduleSettings(warmup_stage_epochs=3, hard_negative_epoch=3),
+        schedule=ScheduleSettings(warmup_stage_epochs=4, hard_negative_epoch=8),
     )
 
 

@@ -112,6 +112,8 @@ class Trainer:
         tqdm progress bars.
     num_workers : int
         Data-loader worker processes.
+    verbose : bool
+        Also write the log to standard error.
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class Trainer:
         amp: bool = False,
         show_progress: bool = True,
         num_workers: int = 0,
+        verbose: bool = False,
     ) -> None:
         if train_split.visual_dim != val_split.visual_dim or train_split.text_dim != val_split.text_dim:
             raise ValueError(
@@ -141,7 +144,7 @@ class Trainer:
         self.seed = int(seed)
         self.amp = bool(amp)
         self.show_progress = show_progress
-        self.logger = _file_logger(self.output_dir / "train.log")
+        self.logger = _file_logger(self.output_dir / "train.log", console=verbose)
 
         seed_everything(self.seed)
         self.model = build_model(
@@ -332,14 +335,20 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _file_logger(path: Path) -> logging.Logger:
+def _file_logger(path: Path, console: bool) -> logging.Logger:
     logger = logging.getLogger(f"{LOGGER_NAME}.{path.parent.resolve()}")
     logger.setLevel(logging.INFO)
-    logger.propagate = True
-    if not any(isinstance(h, logging.FileHandler) and Path(h.baseFilename) == path.resolve() for h in logger.handlers):
-        handler = logging.FileHandler(path, encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
+    logger.propagate = False
+    for handler in list(logger.handlers):  # one logger per output folder: replace handlers of a previous run
+        logger.removeHandler(handler)
+        handler.close()
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    if console:
+        stream = logging.StreamHandler()
+        stream.setFormatter(logging.Formatter(f"[{path.parent.name}] %(message)s"))
+        logger.addHandler(stream)
     return logger
 
 

@@ -40,7 +40,7 @@ def build_query_batch(split: PRVRSplit, caption_indices: Sequence[int]) -> Query
     idx = torch.as_tensor(np.asarray(caption_indices, dtype=np.int64))
     feats, mask = collate_queries([split.read_query(int(i)) for i in caption_indices])
     return QueryBatch(feats, mask, [split.caption_ids[int(i)] for i in caption_indices],
-                      split.caption_video_index[idx].clone())
+                      split.caption_video_index[idx])
 
 
 def build_train_batch(split: PRVRSplit, video_indices: Sequence[int]) -> TrainBatch:
