@@ -174,3 +174,19 @@ def test_bad_tensors_are_refused():
 def test_single_cell_problem(batch):
     plan = sinkhorn(torch.randn(batch, 1, 1), torch.ones(batch, 1), torch.ones(batch, 1), 0.1)
     torch.testing.assert_close(plan, torch.ones(batch, 1, 1))
+
+
+def test_kernel_path_at_the_edge_of_its_range_matches_the_log_path():
+    gen = torch.Generator().manual_seed(3)
+    bound = kernel_range_bound(torch.float32)
+    scores = torch.rand(4, 6, 64, generator=gen)
+    low, high = scores.amin((1, 2), keepdim=True), scores.amax((1, 2), keepdim=True)
+    scores = (scores - low) / (high - low)
+    epsilon = 1.0 / (bound - 0.5)  # range of scores/epsilon just below the bound
+    a = torch.cat([torch.full((4, 5), 1 / 69), torch.full((4, 1), 64 / 69)], dim=1)
+    b = torch.full((4, 64), 1 / 64)
+    assert select_sinkhorn_method(scores, epsilon, a, b) == "kernel"
+    kernel = sinkhorn(scores, a, b, epsilon, n_iters=50, method="kernel")
+    log = sinkhorn(scores, a, b, epsilon, n_iters=50, method="log")
+    assert bool(torch.isfinite(kernel).all())
+    torch.testing.assert_close(kernel, log, atol=1e-6, rtol=1e-3)

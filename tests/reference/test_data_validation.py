@@ -181,6 +181,9 @@ def test_video_missing_from_video2frames(copy_of):
     del mapping[vid]
     path.write_text(repr(mapping))
     check_fails(root, "video2frames.txt", f"video {vid!r} has no visual features")
+    split = load_split(root, COLLECTION, FEATURE, "test")
+    with pytest.raises(DataValidationError, match=f"video2frames.txt: video {vid!r} has no visual features"):
+        split.read_video(split.video_ids.index(vid))
 
 
 def test_frame_name_missing_from_id_txt(copy_of):
@@ -193,6 +196,10 @@ def test_frame_name_missing_from_id_txt(copy_of):
     mapping[vid] = mapping[vid] + ["ghost_frame"]
     path.write_text(repr(mapping))
     check_fails(root, "id.txt", "'ghost_frame'")
+    split = load_split(root, COLLECTION, FEATURE, "train")
+    split.read_video(1)
+    with pytest.raises(DataValidationError, match="id.txt: frame 'ghost_frame'"):
+        split.read_video(split.video_ids.index(vid))
 
 
 def test_video2frames_is_never_evaluated(copy_of, tmp_path):

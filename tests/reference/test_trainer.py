@@ -41,7 +41,8 @@ def data_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def splits(data_root):
-    return {s: load_split(data_root, COLLECTION, FEATURE, s) for s in ("train", "val")}
+    # Few clip/frame positions keep every training step in milliseconds.
+    return {s: load_split(data_root, COLLECTION, FEATURE, s, n_clips=8, n_frames=16) for s in ("train", "val")}
 
 
 def _trainer(cfg, splits, out, seed=3):
@@ -123,7 +124,7 @@ def test_every_ablation_builds_and_takes_a_training_step(name, splits):
     cfg = tiny_config().with_ablation(name)
     split = splits["train"]
     torch.manual_seed(0)
-    model = build_model(cfg, split.visual_dim, split.text_dim)
+    model = build_model(cfg, split.visual_dim, split.text_dim, split.n_clips, split.n_frames)
     objective = HolmesObjective(cfg, cfg.model.hidden_size)
     optimizer = build_optimizer([model, objective], 1e-3, 0.01)
     batch = next(iter(make_train_loader(split, 4, seed=0)))

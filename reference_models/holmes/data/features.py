@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,11 @@ def read_bigfile_header(paths: CollectionPaths) -> tuple[int, int, dict[str, int
     if n_rows < 1 or dim < 1:
         raise DataValidationError(shape_path, f"N and D must be >= 1, got N={n_rows}, D={dim}")
     id_path = paths.bigfile("id.txt")
-    names = id_path.read_bytes().decode("utf-8").split()
+    raw = id_path.read_bytes()
+    try:
+        names = raw.decode("utf-8").split()
+    except UnicodeDecodeError:  # the MS-SL release reads row names as ISO-8859-1
+        names = raw.decode("latin-1").split()
     if len(names) != n_rows:
         raise DataValidationError(id_path, f"holds {len(names)} row names but shape.txt says N={n_rows}")
     name_to_row = {name: i for i, name in enumerate(names)}
@@ -141,7 +146,7 @@ def read_video2frames(path: Path) -> dict[str, list[str]]:
         raise DataValidationError(path, "missing file")
     try:
         value = ast.literal_eval(path.read_text(encoding="utf-8"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
         raise DataValidationError(path, f"not a Python dict literal ({type(exc).__name__})") from None
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, (list, tuple)) for k, v in value.items()
@@ -151,14 +156,35 @@ def read_video2frames(path: Path) -> dict[str, list[str]]:
 
 
 class BigFileReader(_PerProcessHandle):
-    """Read per-video frame features from an MS-SL BigFile with a per-process ``numpy.memmap``."""
+    """Read per-video frame features from an MS-SL BigFile with a per-process ``numpy.memmap``.
 
-    def __init__(self, paths: CollectionPaths) -> None:
+    With ``video_ids``, the row indices of just those videos are resolved up front and the (large)
+    row-name table is dropped, which keeps a split's memory small on data sets with millions of frames.
+    A video whose frames cannot be resolved raises :class:`DataValidationError` when it is read.
+    """
+
+    def __init__(self, paths: CollectionPaths, video_ids: Sequence[str] | None = None) -> None:
         super().__init__()
         self.path = paths.bigfile("feature.bin")
-        self.n_rows, self.visual_dim, self._name_to_row = read_bigfile_header(paths)
-        self._video_frames = read_video2frames(paths.bigfile("video2frames.txt"))
+        self._id_path = paths.bigfile("id.txt")
         self._video2frames_path = paths.bigfile("video2frames.txt")
+        self.n_rows, self.visual_dim, name_to_row = read_bigfile_header(paths)
+        video_frames = read_video2frames(self._video2frames_path)
+        wanted = video_frames.keys() if video_ids is None else video_ids
+        # video id -> int64 row indices, or the DataValidationError to raise when it is read
+        self._rows: dict[str, np.ndarray | DataValidationError] = {}
+        for vid in wanted:
+            self._rows[vid] = self._resolve(vid, video_frames.get(vid), name_to_row)
+
+    def _resolve(self, video_id: str, names: list[str] | None, name_to_row: dict[str, int]):
+        if names is None:
+            return DataValidationError(self._video2frames_path, f"video {video_id!r} has no visual features")
+        if not names:
+            return DataValidationError(self._video2frames_path, f"video {video_id!r} lists no frames")
+        missing = next((n for n in names if n not in name_to_row), None)
+        if missing is not None:
+            return DataValidationError(self._id_path, f"frame {missing!r} of video {video_id!r} is not a row name")
+        return np.fromiter((name_to_row[n] for n in names), dtype=np.int64, count=len(names))
 
     def _open(self) -> np.memmap:
         return np.memmap(self.path, dtype=np.float32, mode="r", shape=(self.n_rows, self.visual_dim))
@@ -169,22 +195,16 @@ class BigFileReader(_PerProcessHandle):
             mm.close()
 
     def __contains__(self, video_id: str) -> bool:
-        return video_id in self._video_frames
+        return isinstance(self._rows.get(video_id), np.ndarray)
 
     def rows(self, video_id: str) -> np.ndarray:
         """Row indices of ``video_id``'s frames in ``feature.bin``, in ``video2frames`` order."""
-        try:
-            names = self._video_frames[video_id]
-        except KeyError:
-            raise DataValidationError(self._video2frames_path, f"no frames listed for video {video_id!r}") from None
-        if not names:
-            raise DataValidationError(self._video2frames_path, f"video {video_id!r} lists no frames")
-        try:
-            return np.fromiter((self._name_to_row[n] for n in names), dtype=np.int64, count=len(names))
-        except KeyError as exc:
-            raise DataValidationError(
-                self.path.with_name("id.txt"), f"frame {exc.args[0]!r} of video {video_id!r} is not a row name"
-            ) from None
+        rows = self._rows.get(video_id)
+        if rows is None:
+            raise DataValidationError(self._video2frames_path, f"video {video_id!r} has no visual features")
+        if isinstance(rows, DataValidationError):
+            raise rows
+        return rows
 
     def read(self, video_id: str) -> np.ndarray:
         """``float32 [n, D]`` frame features of ``video_id``."""
@@ -194,8 +214,13 @@ class BigFileReader(_PerProcessHandle):
         return self.visual_dim
 
 
-def open_visual_reader(paths: CollectionPaths) -> HDF5Reader | BigFileReader:
-    """The reader for whichever visual layout is present (``feature.hdf5`` is preferred)."""
+def open_visual_reader(
+    paths: CollectionPaths, video_ids: Sequence[str] | None = None
+) -> HDF5Reader | BigFileReader:
+    """The reader for whichever visual layout is present (``feature.hdf5`` is preferred).
+
+    ``video_ids`` limits a BigFile reader to those videos (see :class:`BigFileReader`).
+    """
     if paths.visual_layout() == "hdf5":
         return HDF5Reader(paths.feature_hdf5)
-    return BigFileReader(paths)
+    return BigFileReader(paths, video_ids)

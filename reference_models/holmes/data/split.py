@@ -155,7 +155,7 @@ def load_split(
         per_video[v].append(i)
         cap_video[i] = v
 
-    visual = open_visual_reader(paths)
+    visual = open_visual_reader(paths, list(video_index))
     text = HDF5Reader(paths.text_features)
     try:
         visual_dim = visual.dim(captions[0].video_id)
