@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from reference_models.holmes.data import (
     validate_data_root,
 )
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "run_comparison"]
 
 EXIT_INVALID_DATA = 2
 
@@ -208,55 +209,94 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 # --- demo -----------------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
-    from reference_models.holmes.trainer import Trainer
-
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)) if args.device == "cpu" else torch.get_num_threads())
+    if args.device == "cpu":
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     out = Path(args.output_dir)
     start = time.perf_counter()
     generate_embedded_benchmark(out / "data", "embedded", seed=args.seed)
     base = preset("embedded")
     if args.epochs is not None:
         base = base.replace(optim={"epochs": args.epochs})
-    splits = _load_splits(out / "data", "embedded", "synthetic", base, ("train", "val", "test"))
-    planted = read_planted_types(out / "data", "embedded")
-    variants = {"holmes": base, "baseline": base.with_ablation("baseline")}
-    if args.with_dab:
-        variants["dab"] = base.with_ablation("dab")
-    results: dict[str, Any] = {"seed": args.seed, "device": str(args.device)}
-    for name, cfg in variants.items():
-        t0 = time.perf_counter()
-        trainer = Trainer(cfg, splits["train"], splits["val"], out / name, device=args.device, seed=args.seed,
-                          show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True)
-        fit = trainer.fit()
-        model = trainer.load_best()
-        # Every variant is identified with the same (Holmes) identifier settings, so the rows compare.
-        identifier = trainer.objective.identifier()
-        test = evaluate_retrieval(model, splits["test"], cfg, device=args.device, planted_types=planted,
-                                  identifier=identifier).to_dict()
-        test["best_epoch"] = fit.best_epoch
-        test["best_val_sumr"] = fit.best_sumr
-        test["train_seconds"] = time.perf_counter() - t0
-        test["efficiency"]["train_seconds_per_epoch"] = fit.train_time_per_epoch
-        test["efficiency"]["parameters_millions"] = model_parameters(model) / 1e6
-        results[name] = test
-        print(f"[{name}] test SumR {test['recall']['SumR']:.1f} (best val epoch {fit.best_epoch + 1}, "
-              f"{test['train_seconds']:.0f}s)", flush=True)
-    results["config"] = base.to_dict()
+    results = run_comparison(out / "data", "embedded", "synthetic", base, out, seed=args.seed, device=args.device,
+                             with_dab=args.with_dab, show_progress=not args.no_progress,
+                             num_workers=args.num_workers)
     results["total_seconds"] = time.perf_counter() - start
     _write_json(out / "results.json", results)
-    print(_format_table({k: v for k, v in results.items() if k in variants}))
+    print(_format_table({k: v for k, v in results.items() if k in ("holmes", "baseline", "dab")}))
     print(f"results written to {out / 'results.json'} ({results['total_seconds']:.0f}s)")
     return 0
 
 
+def run_comparison(
+    data_root: str | Path,
+    collection: str,
+    visual_feature: str,
+    config: HolmesConfig,
+    output_dir: str | Path,
+    *,
+    seed: int = 0,
+    device: str = "cpu",
+    with_dab: bool = False,
+    show_progress: bool = False,
+    num_workers: int = 0,
+) -> dict[str, Any]:
+    """Train Holmes (``config``), the MIL baseline (and the DAB variant) and evaluate each on the test split.
+
+    Returns a dict with keys ``"holmes"``, ``"baseline"`` (and ``"dab"``), each holding the
+    :class:`~reference_models.holmes.evaluate.EvaluationResult` fields plus the best epoch, its validation
+    SumR and the training time, and ``"seed"``, ``"device"`` and ``"config"``. Every variant is identified
+    with the same identifier settings (those of ``config``), so the identification rows compare.
+    """
+    from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.trainer import Trainer
+
+    splits = _load_splits(data_root, collection, visual_feature, config, ("train", "val", "test"))
+    planted = _planted(data_root, collection)
+    variants = {"holmes": config.with_ablation("full"), "baseline": config.with_ablation("baseline")}
+    if with_dab:
+        variants["dab"] = config.with_ablation("dab")
+    results: dict[str, Any] = {"seed": seed, "device": str(device), "config": config.to_dict()}
+    for name, cfg in variants.items():
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg, splits["train"], splits["val"], Path(output_dir) / name, device=device, seed=seed,
+                          show_progress=show_progress, num_workers=num_workers, verbose=True)
+        fit = trainer.fit()
+        model = trainer.load_best()
+        test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
+                                  identifier=trainer.objective.identifier()).to_dict()
+        test["best_epoch"] = fit.best_epoch
+        test["best_val_sumr"] = fit.best_sumr
+        test["train_seconds"] = time.perf_counter() - t0
+        test["efficiency"]["train_seconds_per_epoch"] = fit.train_time_per_epoch
+        results[name] = test
+        print(f"[{name}] test SumR {test['recall']['SumR']:.1f} (best val epoch {fit.best_epoch + 1}, "
+              f"{test['train_seconds']:.0f}s)", flush=True)
+    return results
+
+
 # --- output ---------------------------------------------------------------------------------------
+def _finite_or_none(value: Any) -> Any:
+    """Standard JSON: NaN/inf (e.g. precision of a type never identified) become ``null``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
+    data = _finite_or_none(data)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{100 * value:.0f}"
 
 
 def _format_table(rows: dict[str, dict[str, Any]]) -> str:
@@ -272,7 +312,7 @@ def _format_table(rows: dict[str, dict[str, Any]]) -> str:
         ident = (res.get("identification") or {}).get("per_type", {})
         for t in ("precise", "polysemous", "underdetermined"):
             m = ident.get(t)
-            cells.append(f"{100 * m['precision']:.0f}/{100 * m['recall']:.0f}" if m else "-")
+            cells.append(f"{_pct(m['precision'])}/{_pct(m['recall'])}" if m else "-")
         lines.append(cells)
     widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
     fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -68,9 +67,9 @@ class ModelSettings:
     dropout: float = 0.1
     frame_weight: float = 0.4
     clip_weight: float = 0.6
-    #: Gaussian widths of the parallel attention blocks (``Infinity`` = global); ``None`` = the model's
-    #: default (GMMFormerV2's eight widths).
-    widths: list[float] | None = None
+    #: Gaussian widths of the parallel attention blocks, ``None`` entries = global attention (kept JSON-
+    #: standard); ``widths=None`` = the model's default (GMMFormerV2's eight widths).
+    widths: list[float | None] | None = None
     ffn_multiplier: int = 4
 
 
@@ -323,7 +322,7 @@ def _embedded() -> HolmesConfig:
     return HolmesConfig(
         name="embedded",
         model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1,
-                            widths=[math.inf, 1.0, 5.0], ffn_multiplier=1),
+                            widths=[None, 1.0, 5.0], ffn_multiplier=1),
         optim=OptimSettings(lr=1e-3, videos_per_batch=16, epochs=15, early_stop_patience=100, max_query_len=30,
                             eval_video_batch=256, eval_query_batch=512, score_chunk=512),
         loss=LossSettings(nce_clip=0.05, nce_frame=0.04, div=8e-5, intra=0.8, inter=0.2, margin=0.1,

@@ -12,9 +12,10 @@ benchmark) it also reports
 similarities: every query of the split is a row, every video of the split a candidate, the annotated video
 the target. Its adaptive thresholds (Eq. 11) are computed over blocks of ``identify_chunk`` queries (all
 queries at once by default, i.e. one "batch" holding the whole split). The fused type of each query
-(Eq. 14) is compared with the planted type: for type ``t``, precision = |identified t ∧ planted t| /
-|identified t| and recall = |identified t ∧ planted t| / |planted t| (NaN when a denominator is 0); a
-confusion matrix ``[planted][identified]`` and the accuracy are reported too. Note that the identifier
+(Eq. 14) is compared with the planted type: with :math:`I_t` / :math:`P_t` the queries identified as /
+planted with type :math:`t`, precision :math:`= |I_t \\cap P_t| / |I_t|` and recall
+:math:`= |I_t \\cap P_t| / |P_t|` (NaN when a denominator is 0); a confusion matrix
+``[planted][identified]`` and the accuracy are reported too. Note that the identifier
 works on K = number of split videos candidates here, not on a training batch of 128 videos, so the
 epistemic uncertainty u = K / S is on a different scale than during training; the thresholds adapt to it.
 

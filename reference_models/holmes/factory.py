@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.model import HolmesModel, ModelConfig
 
@@ -27,7 +29,7 @@ def model_config(config: HolmesConfig, visual_dim: int, text_dim: int, n_clips: 
         clip_weight=m.clip_weight,
     )
     if m.widths is not None:
-        kwargs["widths"] = tuple(m.widths)
+        kwargs["widths"] = tuple(math.inf if w is None else float(w) for w in m.widths)
     return ModelConfig(**kwargs)
 
 

@@ -78,14 +78,14 @@ class ObjectiveTerms:
 class HolmesObjective(nn.Module):
     """Holmes objective (Eq. 21) wired from the library's losses according to a :class:`HolmesConfig`.
 
+    Call :meth:`set_epoch` before each epoch; :meth:`forward` takes the model's output and the batch.
+
     Parameters
     ----------
     config : HolmesConfig
         Loss weights, schedule and ablation switches.
     hidden_size : int
         Embedding size of the model (the DAB heads' input size).
-
-    Call :meth:`set_epoch` before each epoch; :meth:`forward` takes the model's output and the batch.
     """
 
     def __init__(self, config: HolmesConfig, hidden_size: int) -> None:

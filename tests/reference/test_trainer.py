@@ -25,7 +25,7 @@ FEATURE = "synthetic"
 
 def tiny_config(**ablation) -> HolmesConfig:
     cfg = preset("embedded").replace(
-        model={"hidden_size": 32, "num_heads": 4, "widths": [math.inf, 1.0], "ffn_multiplier": 1},
+        model={"hidden_size": 32, "num_heads": 4, "widths": [None, 1.0], "ffn_multiplier": 1},
         optim={"epochs": 2, "videos_per_batch": 4, "lr": 1e-3, "eval_video_batch": 8, "eval_query_batch": 16,
                "score_chunk": 8},
         schedule={"warmup_stage_epochs": 1, "hard_negative_epoch": 1},
@@ -247,8 +247,29 @@ def test_cli_train_writes_results(data_root, tmp_path):
                  "--config-file", str(cfg_path), "--device", "cpu", "--output-dir", str(out), "--no-progress"]) == 0
     import json
 
-    results = json.loads((out / "results.json").read_text())
+    text = (out / "results.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text  # strict JSON
+    results = json.loads(text)
     assert set(results["test"]["recall"]) == {"R@1", "R@5", "R@10", "R@100", "SumR"}
     assert results["test"]["per_type_r1"] and results["test"]["identification"]["per_type"]
     assert main(["evaluate", "--checkpoint", str(out / "best.pt"), "--data-root", str(data_root), "--collection",
                  COLLECTION, "--visual-feature", FEATURE, "--device", "cpu"]) == 0
+
+
+def test_comparison_writes_holmes_and_baseline(data_root, tmp_path):
+    from reference_models.holmes.cli import run_comparison
+
+    results = run_comparison(data_root, COLLECTION, FEATURE, tiny_config().replace(optim={"epochs": 1}), tmp_path)
+    for name in ("holmes", "baseline"):
+        assert set(results[name]["recall"]) == {"R@1", "R@5", "R@10", "R@100", "SumR"}
+        assert set(results[name]["per_type_r1"]) <= {"precise", "polysemous", "underdetermined"}
+        assert set(results[name]["identification"]["per_type"]) == {"precise", "polysemous", "underdetermined"}
+    assert results["config"]["ablation"]["method"] == "holmes"
+
+
+def test_amp_training_stays_finite(splits, tmp_path):
+    trainer = Trainer(tiny_config().replace(optim={"epochs": 1}), splits["train"], splits["val"], tmp_path,
+                      amp=True, show_progress=False)
+    result = trainer.fit()
+    assert math.isfinite(result.history[-1]["loss/total"]) and math.isfinite(result.best_sumr)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -15,7 +15,7 @@ fixed random linear maps drawn once per seed, :math:`W_v \\in \\mathbb{R}^{D_v \
    \\qquad \\varepsilon_t \\sim \\mathcal{N}(0, \\sigma_v^2 / D_v\\, I),
 
 with a per-video background latent ``b`` (norm ``spec.background_amplitude``), unit-norm event concepts
-``c_e`` and strong frame noise, so that a single frame is an unreliable witness while an event's span,
+``c_e`` and frame noise as large as the concept, so that a single frame is a weak witness while an event's span,
 averaged, is a clean one.
 
 *Queries* each describe one event of their video (partial relevance). A query has ``L`` tokens
@@ -71,8 +71,9 @@ _LAYOUTS = ("hdf5", "bigfile")
 class EmbeddedBenchmarkSpec:
     """Sizes and difficulty knobs of the embedded benchmark (ranges are inclusive ``(low, high)``).
 
-    The defaults give about 1,500 training captions that a GMMFormer-style model fits in a few minutes
-    on two CPU cores; the difficulty defaults were chosen so a linear probe is far from perfect.
+    The defaults give about 1,400 training captions that a GMMFormer-style model fits in a few minutes
+    on two CPU cores; the difficulty defaults were chosen so that an MIL baseline lands well inside
+    20-60 % R@1 (see the embedded-benchmark guide page for measured figures).
     """
 
     n_train_videos: int = 400
@@ -86,13 +87,13 @@ class EmbeddedBenchmarkSpec:
     text_dim: int = 64
     concept_dim: int = 32
     query_length: tuple[int, int] = (5, 20)
-    content_token_fraction: float = 0.4
+    content_token_fraction: float = 0.5
     n_function_words: int = 64
     background_amplitude: float = 1.0
     event_amplitude: float = 1.0
-    frame_noise: float = 2.0
+    frame_noise: float = 1.0
     concept_jitter: float = 0.3
-    token_noise: float = 0.5
+    token_noise: float = 0.3
     polysemous_fraction: float = 0.2
     polysemous_group_size: tuple[int, int] = (3, 5)
     underdetermined_fraction: float = 0.2
