@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._timing import set_threads, synchronize  # noqa: E402
 from evidential_prvr.metrics import recall_at_k  # noqa: E402
 from reference_models.holmes.model import HolmesModel, ModelConfig, VideoEmbeddings  # noqa: E402
 from reference_models.holmes.scoring import score_matrix  # noqa: E402
@@ -33,11 +34,6 @@ from reference_models.holmes.scoring import score_matrix  # noqa: E402
 
 def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def run(args: argparse.Namespace) -> dict[str, float | int | str]:
@@ -60,14 +56,14 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
         torch.cuda.reset_peak_memory_stats(device)
         base_alloc = torch.cuda.memory_allocated(device)
     rss_before = _peak_rss_mib()
-    _sync(device)
+    synchronize(device)
     start = time.perf_counter()
     sims = score_matrix(model, videos, queries, query_chunk=args.query_chunk, video_chunk=args.video_chunk)
-    _sync(device)
+    synchronize(device)
     scoring_s = time.perf_counter() - start
     start = time.perf_counter()
     recalls = recall_at_k(sims.score, gt, query_chunk=args.query_chunk)
-    _sync(device)
+    synchronize(device)
     recall_s = time.perf_counter() - start
 
     block_mib = args.query_chunk * args.video_chunk * max(args.clips, args.frames) * 4 / 2**20
@@ -112,8 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.queries, args.videos = 1_000, 300
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     result = run(args)
     text = json.dumps(result, indent=2)
     print(text)

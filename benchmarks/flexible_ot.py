@@ -17,9 +17,7 @@ Run ``python benchmarks/flexible_ot.py`` (main size, then scaling in B and Mc) o
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -27,19 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from benchmarks._timing import median_ms, set_threads
 from evidential_prvr import FlexibleOT
 from evidential_prvr.functional import select_sinkhorn_method, sinkhorn
-
-
-def timed(fn, repeats: int) -> float:
-    """Median wall time of ``fn()`` in milliseconds after one warm-up call."""
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples)
 
 
 def make_problem(batch: int, queries: int, clips: int, seed: int = 0):
@@ -64,13 +52,13 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
     fot.n_iters = iters
     cost = -scores
     row = {"B": batch, "Mc": clips, "path": select_sinkhorn_method(scores, fot.epsilon, a, b)}
-    row["module_ms"] = timed(lambda: fot(sim), repeats)
-    row["solver_ms"] = timed(lambda: sinkhorn(scores, a, b, fot.epsilon, iters, grad="detach"), repeats)
+    row["module_ms"] = median_ms(lambda: fot(sim), repeats)
+    row["solver_ms"] = median_ms(lambda: sinkhorn(scores, a, b, fot.epsilon, iters, grad="detach"), repeats)
 
     def pot_batched():
         return ot.solve_batch(cost, fot.epsilon, a, b, max_iter=iters, tol=0, method="log_sinkhorn", grad="detach")
 
-    row["pot_batch_ms"] = timed(pot_batched, repeats)
+    row["pot_batch_ms"] = median_ms(pot_batched, repeats)
     ours = sinkhorn(scores, a, b, fot.epsilon, iters, grad="detach")
     row["max_diff"] = float((ours - pot_batched().plan).abs().max())
     if loop:
@@ -83,7 +71,7 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
                     for k in range(batch)
                 ]
 
-        row["pot_loop_ms"] = timed(pot_loop, max(1, repeats // 5))
+        row["pot_loop_ms"] = median_ms(pot_loop, max(1, repeats // 5))
     return row
 
 
@@ -98,8 +86,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few repetitions, small scaling sweep")
     parser.add_argument("--no-scaling", action="store_true", help="only the main size")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     repeats = 3 if args.quick else args.repeats
 
     main_row = run_size(args.batch, args.queries, args.clips, args.iters, repeats, loop=True)

@@ -13,12 +13,10 @@ Example::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
 
+from benchmarks._timing import median_ms, set_threads
 from evidential_prvr import EvidentialRetrievalLoss
 from evidential_prvr.functional import info_nce_loss
 
@@ -31,21 +29,6 @@ def _parse_size(text: str) -> tuple[int, int]:
     if queries < 1 or videos < 1 or queries < videos:
         raise argparse.ArgumentTypeError(f"size needs queries >= videos >= 1, got {text!r}")
     return queries, videos
-
-
-def _median_ms(step: Callable[[], None], repeats: int, warmup: int, device: torch.device) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="similarity dtype")
     args = parser.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     dataset = args.dataset if args.preset == "release" else None
@@ -93,8 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             frame.grad = clip.grad = None
             (info_nce_loss(frame, owner) + info_nce_loss(clip, owner)).backward()
 
-        inter_ms = _median_ms(inter_step, args.repeats, args.warmup, device)
-        nce_ms = _median_ms(nce_step, args.repeats, args.warmup, device)
+        inter_ms = median_ms(inter_step, args.repeats, warmup=args.warmup, device=device)
+        nce_ms = median_ms(nce_step, args.repeats, warmup=args.warmup, device=device)
         print(f"{f'{queries} x {videos}':>18} | {inter_ms:>18.2f} | {nce_ms:>18.2f} | {inter_ms / nce_ms:>6.2f}")
 
 

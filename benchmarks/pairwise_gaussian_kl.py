@@ -25,12 +25,12 @@ import argparse
 import gc
 import os
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # run from a source checkout
 
+from benchmarks._timing import set_threads, time_samples_ms  # noqa: E402
 from evidential_prvr.functional import pairwise_gaussian_kl  # noqa: E402
 
 
@@ -74,14 +74,7 @@ def peak_memory_mib(fn) -> float | None:
 
 def best_time(fn, repeats: int) -> float:
     """Best wall time in seconds of ``repeats`` calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(time_samples_ms(fn, repeats, collect_garbage=True)) / 1e3
 
 
 def make_inputs(n: int, d: int) -> tuple[torch.Tensor, ...]:
@@ -113,8 +106,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.n, args.d, args.naive_rows, args.repeats = 512, 64, 64, 1
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     n, d, rows = args.n, args.d, min(args.naive_rows, args.n)
     s_mu, s_lv, t_mu, t_lv = make_inputs(n, d)
     chunk = (s_mu[:rows], s_lv[:rows], t_mu, t_lv)

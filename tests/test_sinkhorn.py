@@ -26,12 +26,17 @@ def pot_plan(scores: np.ndarray, a: np.ndarray, b: np.ndarray, reg: float) -> np
     return full
 
 
+def converged_plan(problem, epsilon: float, method: str):
+    """The problem's ``(scores, a, b)`` and our plan, iterated far past convergence."""
+    scores, a, b = problem
+    return scores, a, b, sinkhorn(scores, a, b, epsilon, n_iters=20000, tol=1e-12, method=method)
+
+
 @pytest.mark.parametrize("method", METHODS)
 @settings(max_examples=25)
 @given(problem=masked_marginal_problems(), epsilon=epsilons)
 def test_matches_pot_at_convergence(method, problem, epsilon):
-    scores, a, b = problem
-    plan = sinkhorn(scores, a, b, epsilon, n_iters=20000, tol=1e-12, method=method)
+    scores, a, b, plan = converged_plan(problem, epsilon, method)
     for k in range(scores.shape[0]):
         expected = pot_plan(scores[k].numpy(), a[k].numpy(), b[k].numpy(), epsilon)
         np.testing.assert_allclose(plan[k].numpy(), expected, atol=1e-6, rtol=0)
@@ -52,8 +57,7 @@ def test_fixed_iterations_match_pot_batched_solver(method):
 @settings(max_examples=15)
 @given(problem=masked_marginal_problems(), epsilon=epsilons)
 def test_marginals_and_masked_entries(method, problem, epsilon):
-    scores, a, b = problem
-    plan = sinkhorn(scores, a, b, epsilon, n_iters=20000, tol=1e-12, method=method)
+    scores, a, b, plan = converged_plan(problem, epsilon, method)
     torch.testing.assert_close(plan.sum(dim=1), b, atol=1e-9, rtol=0)
     torch.testing.assert_close(plan.sum(dim=2), a, atol=1e-9, rtol=0)
     masked = (a == 0).unsqueeze(2) | (b == 0).unsqueeze(1)

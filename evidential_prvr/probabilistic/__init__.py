@@ -9,6 +9,7 @@ Pure functions live in :mod:`~evidential_prvr.probabilistic.gaussian`,
 :mod:`~evidential_prvr.probabilistic.alignment`.
 """
 
+from evidential_prvr.probabilistic import alignment, dab, dab_functional, gaussian, hud, hud_functional
 from evidential_prvr.probabilistic.alignment import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic.dab import (
     DistributionBridge,
@@ -42,29 +43,12 @@ from evidential_prvr.probabilistic.hud_functional import (
     holistic_atomistic_consistency_loss,
 )
 
+# Each submodule lists its own public names; the package re-exports all of them.
 __all__ = [
-    "DiagonalGaussian",
-    "pairwise_gaussian_kl",
-    "pairwise_wasserstein2",
-    "kl_margin",
-    "reparameterised_sample",
-    "pac_loss",
-    "sinusoidal_time_embedding",
-    "bridge_step_sizes",
-    "combine_video_log_variances",
-    "biased_max_similarity",
-    "batch_classification_loss",
-    "holistic_atomistic_consistency_loss",
-    "GaussianEmbeddingHead",
-    "TokenUncertaintyHead",
-    "DistributionBridge",
-    "ProbabilisticAlignmentContrastiveLoss",
-    "ProbabilisticTextEmbedding",
-    "ComposeByWeights",
-    "BiasedMaxSimilarity",
-    "BatchClassificationLoss",
-    "HolisticAtomisticConsistencyLoss",
-    "DABAlignment",
-    "DABAlignmentOutput",
-    "DABGaussians",
+    *gaussian.__all__,
+    *dab_functional.__all__,
+    *hud_functional.__all__,
+    *dab.__all__,
+    *hud.__all__,
+    *alignment.__all__,
 ]

@@ -37,7 +37,38 @@ __all__ = [
 ]
 
 
-class GaussianEmbeddingHead(nn.Module):
+class _LogVarHead(nn.Module):
+    """Shared constructor of the DAB heads that end in a clipped log-variance ``Linear(dim_in, dim_out)``.
+
+    Validates the sizes and bounds, lets the subclass add its own layers (``_build_layers``), then adds
+    ``self.logvar`` with its bias set to ``logvar_init``. ``logvar`` comes last so that the parameter
+    order, and hence the seeded random initialisation, is the subclass's layers followed by ``logvar``.
+    """
+
+    def __init__(
+        self,
+        dim_in: int,
+        dim_out: int,
+        *,
+        logvar_init: float = -2.0,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+    ) -> None:
+        super().__init__()
+        check_positive_int(dim_in, "dim_in")
+        check_positive_int(dim_out, "dim_out")
+        self.logvar_bounds = check_bounds(logvar_bounds)
+        self.dim_in, self.dim_out = dim_in, dim_out
+        self._build_layers()
+        self.logvar = nn.Linear(dim_in, dim_out)
+        with torch.no_grad():
+            self.logvar.bias.fill_(float(logvar_init))
+
+    def _build_layers(self) -> None:
+        """Add the layers that come before ``self.logvar`` (``self.dim_in``/``self.dim_out`` are set)."""
+        raise NotImplementedError
+
+
+class GaussianEmbeddingHead(_LogVarHead):
     """Map embeddings to diagonal Gaussians :math:`(\\mu, \\log\\sigma^2)` (DAB, Key Design 1).
 
     .. math::
@@ -63,25 +94,10 @@ class GaussianEmbeddingHead(nn.Module):
         Clipping range of :math:`\\log\\sigma^2`.
     """
 
-    def __init__(
-        self,
-        dim_in: int,
-        dim_out: int,
-        *,
-        logvar_init: float = -2.0,
-        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
-    ) -> None:
-        super().__init__()
-        check_positive_int(dim_in, "dim_in")
-        check_positive_int(dim_out, "dim_out")
-        self.logvar_bounds = check_bounds(logvar_bounds)
-        self.dim_in, self.dim_out = dim_in, dim_out
-        self.mean_norm = nn.LayerNorm(dim_in)
-        self.mean = nn.Linear(dim_in, dim_out)
-        self.logvar_norm = nn.LayerNorm(dim_in)
-        self.logvar = nn.Linear(dim_in, dim_out)
-        with torch.no_grad():
-            self.logvar.bias.fill_(float(logvar_init))
+    def _build_layers(self) -> None:
+        self.mean_norm = nn.LayerNorm(self.dim_in)
+        self.mean = nn.Linear(self.dim_in, self.dim_out)
+        self.logvar_norm = nn.LayerNorm(self.dim_in)
 
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
@@ -93,7 +109,7 @@ class GaussianEmbeddingHead(nn.Module):
         return DiagonalGaussian(mu, logvar)
 
 
-class TokenUncertaintyHead(nn.Module):
+class TokenUncertaintyHead(_LogVarHead):
     """Video log-variance from frame tokens (DAB, Key Design 1, token-based uncertainty head).
 
     .. math::
@@ -123,24 +139,9 @@ class TokenUncertaintyHead(nn.Module):
         Clipping range.
     """
 
-    def __init__(
-        self,
-        dim_in: int,
-        dim_out: int,
-        *,
-        logvar_init: float = -2.0,
-        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
-    ) -> None:
-        super().__init__()
-        check_positive_int(dim_in, "dim_in")
-        check_positive_int(dim_out, "dim_out")
-        self.logvar_bounds = check_bounds(logvar_bounds)
-        self.dim_in, self.dim_out = dim_in, dim_out
-        self.attention = nn.MultiheadAttention(dim_in, num_heads=1, batch_first=True)
-        self.norm = nn.LayerNorm(dim_in)
-        self.logvar = nn.Linear(dim_in, dim_out)
-        with torch.no_grad():
-            self.logvar.bias.fill_(float(logvar_init))
+    def _build_layers(self) -> None:
+        self.attention = nn.MultiheadAttention(self.dim_in, num_heads=1, batch_first=True)
+        self.norm = nn.LayerNorm(self.dim_in)
 
     def forward(
         self, tokens: torch.Tensor, base_logvar: torch.Tensor | None = None, mask: torch.Tensor | None = None

@@ -7,6 +7,8 @@ Equation numbers refer to that paper; open choices are documented on each class 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -197,14 +199,13 @@ class BiasedMaxSimilarity(nn.Module):
         return biased_max_similarity(composed_tokens, target_tokens, self.bias, token_matching=self.token_matching)
 
 
-class BatchClassificationLoss(nn.Module):
-    """HUD's :math:`\\mathcal{L}_{rank}` (Eq. 12); see :func:`~evidential_prvr.probabilistic.batch_classification_loss`.
+class _SimilarityPairLoss(nn.Module):
+    """Module form of a HUD loss on ``[B, B]`` holistic and atomistic similarities with temperature ``tau``.
 
-    Parameters
-    ----------
-    tau : float, default 0.1
-        Temperature (HUD: 0.1).
+    Subclasses name the functional loss in ``_loss``.
     """
+
+    _loss: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 
     def __init__(self, tau: float = 0.1) -> None:
         super().__init__()
@@ -213,13 +214,25 @@ class BatchClassificationLoss(nn.Module):
 
     def forward(self, holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor) -> torch.Tensor:
         """Scalar loss from ``[B, B]`` holistic and atomistic similarities (rows = composed queries)."""
-        return batch_classification_loss(holistic_sim, atomistic_sim, self.tau)
+        return self._loss(holistic_sim, atomistic_sim, self.tau)
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}"
 
 
-class HolisticAtomisticConsistencyLoss(nn.Module):
+class BatchClassificationLoss(_SimilarityPairLoss):
+    """HUD's :math:`\\mathcal{L}_{rank}` (Eq. 12); see :func:`~evidential_prvr.probabilistic.batch_classification_loss`.
+
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Temperature (HUD: 0.1).
+    """
+
+    _loss = staticmethod(batch_classification_loss)
+
+
+class HolisticAtomisticConsistencyLoss(_SimilarityPairLoss):
     """HUD's :math:`\\mathcal{L}_{H\\leftrightarrow A}` (Eq. 13-14); see
     :func:`~evidential_prvr.probabilistic.holistic_atomistic_consistency_loss`.
 
@@ -229,14 +242,4 @@ class HolisticAtomisticConsistencyLoss(nn.Module):
         Temperature (HUD: 0.1).
     """
 
-    def __init__(self, tau: float = 0.1) -> None:
-        super().__init__()
-        check_positive(tau, "tau")
-        self.tau = float(tau)
-
-    def forward(self, holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor) -> torch.Tensor:
-        """Scalar loss from ``[B, B]`` holistic and atomistic similarities (rows = composed queries)."""
-        return holistic_atomistic_consistency_loss(holistic_sim, atomistic_sim, self.tau)
-
-    def extra_repr(self) -> str:
-        return f"tau={self.tau}"
+    _loss = staticmethod(holistic_atomistic_consistency_loss)

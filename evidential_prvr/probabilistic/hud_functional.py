@@ -105,6 +105,15 @@ def _check_similarity(sim: torch.Tensor, name: str) -> None:
     check_finite(sim, name)
 
 
+def _check_similarity_pair(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float) -> torch.dtype:
+    """Validate the arguments of the two HUD losses; return the dtype to compute them in."""
+    _check_similarity(holistic_sim, "holistic_sim")
+    _check_similarity(atomistic_sim, "atomistic_sim")
+    check_same_shape(holistic_sim, atomistic_sim, "holistic_sim", "atomistic_sim")
+    check_positive(tau, "tau")
+    return torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
+
+
 def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1) -> torch.Tensor:
     """Batch-based classification loss on summed holistic and atomistic similarities (HUD Eq. 12).
 
@@ -127,11 +136,7 @@ def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.T
     torch.Tensor
         Scalar loss.
     """
-    _check_similarity(holistic_sim, "holistic_sim")
-    _check_similarity(atomistic_sim, "atomistic_sim")
-    check_same_shape(holistic_sim, atomistic_sim, "holistic_sim", "atomistic_sim")
-    check_positive(tau, "tau")
-    dtype = torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
+    dtype = _check_similarity_pair(holistic_sim, atomistic_sim, tau)
     logits = (holistic_sim.to(dtype) + atomistic_sim.to(dtype)) / tau
     labels = torch.arange(logits.shape[0], device=logits.device)
     return F.cross_entropy(logits, labels)
@@ -167,11 +172,7 @@ def holistic_atomistic_consistency_loss(
     torch.Tensor
         Scalar, non-negative.
     """
-    _check_similarity(holistic_sim, "holistic_sim")
-    _check_similarity(atomistic_sim, "atomistic_sim")
-    check_same_shape(holistic_sim, atomistic_sim, "holistic_sim", "atomistic_sim")
-    check_positive(tau, "tau")
-    dtype = torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
+    dtype = _check_similarity_pair(holistic_sim, atomistic_sim, tau)
     hol, atom = holistic_sim.to(dtype) / tau, atomistic_sim.to(dtype) / tau
     log_c_h, log_c_a = hol.log_softmax(dim=1), atom.log_softmax(dim=1)
     log_t_h, log_t_a = hol.T.log_softmax(dim=1), atom.T.log_softmax(dim=1)
