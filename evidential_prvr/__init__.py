@@ -32,4 +32,36 @@ from evidential_prvr.base_losses import (
     TripletRankingLoss,
 )
 
+from evidential_prvr import probabilistic
+
 __version__ = "0.1.0"
+
+__all__ = [
+    # inter-video
+    "QueryType",
+    "UncertaintyGuidedIdentifier",
+    "Identification",
+    "BranchIdentification",
+    "DempsterShaferFusion",
+    "DempsterShaferOutput",
+    "EvidentialRetrievalLoss",
+    "InterVideoLossDetails",
+    # intra-video
+    "FlexibleOT",
+    "FlexibleOTResult",
+    "POTProblem",
+    "IntraVideoEvidentialLoss",
+    "IntraVideoLossDetails",
+    "IntraVideoBatch",
+    "build_intra_video_batch",
+    # basic objectives
+    "BaseRetrievalLoss",
+    "BaseRetrievalLossOutput",
+    "InfoNCELoss",
+    "QueryDiversityLoss",
+    "TripletRankingLoss",
+    # submodules
+    "functional",
+    "metrics",
+    "probabilistic",
+]
