@@ -13,12 +13,16 @@ Example::
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 
-from benchmarks._timing import median_ms, set_threads
-from evidential_prvr import EvidentialRetrievalLoss
-from evidential_prvr.functional import info_nce_loss
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from benchmarks._timing import median_ms, set_threads  # noqa: E402
+from evidential_prvr import EvidentialRetrievalLoss  # noqa: E402
+from evidential_prvr.functional import info_nce_loss  # noqa: E402
 
 
 def _parse_size(text: str) -> tuple[int, int]:

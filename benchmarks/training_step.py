@@ -15,16 +15,19 @@ Example (the issue's release scale; use smaller sizes for a quick check)::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-from reference_models.holmes.config import preset
-from reference_models.holmes.factory import build_model
-from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.optimization import build_optimizer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from benchmarks._timing import median_ms  # noqa: E402
+from reference_models.holmes.config import preset  # noqa: E402
+from reference_models.holmes.factory import build_model  # noqa: E402
+from reference_models.holmes.objective import HolmesObjective  # noqa: E402
+from reference_models.holmes.optimization import build_optimizer  # noqa: E402
 
 
 def random_batch(args: argparse.Namespace, device: torch.device) -> SimpleNamespace:
@@ -54,18 +57,7 @@ def time_steps(model, objective, batch, args, device) -> float:
         terms.total.backward()
         optimizer.step()
 
-    for _ in range(args.warmup):
-        step()
-    times = []
-    for _ in range(args.repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_ms(step, args.repeats, warmup=args.warmup, device=device) / 1e3
 
 
 def main() -> None:
