@@ -1,5 +1,8 @@
 """Retrieval metrics for PRVR: recall at K over a query × video score matrix.
 
+R@K is the percentage of queries whose ground-truth video ranks in the top K, and SumR the sum of the
+R@K (Holmes §4.1, "Metrics"; the protocol of MS-SL that every PRVR paper reports).
+
 Users call :func:`evidential_prvr.metrics.recall_at_k`.
 """
 
