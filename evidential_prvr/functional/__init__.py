@@ -17,19 +17,19 @@ from evidential_prvr.functional.retrieval_losses import (
 )
 
 # Gaussian embeddings (DAB, HUD)
-from evidential_prvr.probabilistic.dab_functional import (
+from evidential_prvr.functional.dab import (
     bridge_step_sizes,
     combine_video_log_variances,
     pac_loss,
     sinusoidal_time_embedding,
 )
-from evidential_prvr.probabilistic.gaussian import (
+from evidential_prvr.functional.gaussian import (
     kl_margin,
     pairwise_gaussian_kl,
     pairwise_wasserstein2,
     reparameterised_sample,
 )
-from evidential_prvr.probabilistic.hud_functional import (
+from evidential_prvr.functional.hud import (
     batch_classification_loss,
     biased_max_similarity,
     holistic_atomistic_consistency_loss,

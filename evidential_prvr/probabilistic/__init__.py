@@ -1,15 +1,36 @@
 """Gaussian (probabilistic) embeddings for retrieval: DAB's distribution bridge and HUD's pieces.
 
 Convention: every Gaussian is diagonal and stored as ``(mu, logvar)`` with ``logvar = log σ²``.
-Pure functions live in :mod:`~evidential_prvr.probabilistic.gaussian`,
-:mod:`~evidential_prvr.probabilistic.dab_functional` and
-:mod:`~evidential_prvr.probabilistic.hud_functional` (also exported from
+Pure functions live in :mod:`~evidential_prvr.functional.gaussian`,
+:mod:`~evidential_prvr.functional.dab` and
+:mod:`~evidential_prvr.functional.hud` (also exported from
 :mod:`evidential_prvr.functional`); ``nn.Module`` wrappers in
 :mod:`~evidential_prvr.probabilistic.dab`, :mod:`~evidential_prvr.probabilistic.hud` and
 :mod:`~evidential_prvr.probabilistic.alignment`.
 """
 
-from evidential_prvr.probabilistic import alignment, dab, dab_functional, gaussian, hud, hud_functional
+from evidential_prvr.functional import dab as dab_functional
+from evidential_prvr.functional import gaussian
+from evidential_prvr.functional import hud as hud_functional
+from evidential_prvr.functional.dab import (
+    bridge_step_sizes,
+    combine_video_log_variances,
+    pac_loss,
+    sinusoidal_time_embedding,
+)
+from evidential_prvr.functional.gaussian import (
+    DiagonalGaussian,
+    kl_margin,
+    pairwise_gaussian_kl,
+    pairwise_wasserstein2,
+    reparameterised_sample,
+)
+from evidential_prvr.functional.hud import (
+    batch_classification_loss,
+    biased_max_similarity,
+    holistic_atomistic_consistency_loss,
+)
+from evidential_prvr.probabilistic import alignment, dab, hud
 from evidential_prvr.probabilistic.alignment import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic.dab import (
     DistributionBridge,
@@ -17,30 +38,12 @@ from evidential_prvr.probabilistic.dab import (
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
 )
-from evidential_prvr.probabilistic.dab_functional import (
-    bridge_step_sizes,
-    combine_video_log_variances,
-    pac_loss,
-    sinusoidal_time_embedding,
-)
-from evidential_prvr.probabilistic.gaussian import (
-    DiagonalGaussian,
-    kl_margin,
-    pairwise_gaussian_kl,
-    pairwise_wasserstein2,
-    reparameterised_sample,
-)
 from evidential_prvr.probabilistic.hud import (
     BatchClassificationLoss,
     BiasedMaxSimilarity,
     ComposeByWeights,
     HolisticAtomisticConsistencyLoss,
     ProbabilisticTextEmbedding,
-)
-from evidential_prvr.probabilistic.hud_functional import (
-    batch_classification_loss,
-    biased_max_similarity,
-    holistic_atomistic_consistency_loss,
 )
 
 # Each submodule lists its own public names; the package re-exports all of them.

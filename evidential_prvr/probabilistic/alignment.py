@@ -20,7 +20,7 @@ from evidential_prvr.probabilistic.dab import (
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
 )
-from evidential_prvr.probabilistic.gaussian import DiagonalGaussian, pairwise_gaussian_kl
+from evidential_prvr.functional.gaussian import DiagonalGaussian, pairwise_gaussian_kl
 
 __all__ = ["DABAlignment", "DABAlignmentOutput", "DABGaussians"]
 
