@@ -12,24 +12,10 @@ Pure functions live in :mod:`~evidential_prvr.functional.gaussian`,
 from evidential_prvr.functional import dab as dab_functional
 from evidential_prvr.functional import gaussian
 from evidential_prvr.functional import hud as hud_functional
-from evidential_prvr.functional.dab import (
-    bridge_step_sizes,
-    combine_video_log_variances,
-    pac_loss,
-    sinusoidal_time_embedding,
-)
-from evidential_prvr.functional.gaussian import (
-    DiagonalGaussian,
-    kl_margin,
-    pairwise_gaussian_kl,
-    pairwise_wasserstein2,
-    reparameterised_sample,
-)
-from evidential_prvr.functional.hud import (
-    batch_classification_loss,
-    biased_max_similarity,
-    holistic_atomistic_consistency_loss,
-)
+# The pure functions are defined in the functional layer; this package re-exports them by their modules' __all__.
+from evidential_prvr.functional.dab import *  # noqa: F401,F403
+from evidential_prvr.functional.gaussian import *  # noqa: F401,F403
+from evidential_prvr.functional.hud import *  # noqa: F401,F403
 from evidential_prvr.probabilistic import alignment, dab, hud
 from evidential_prvr.probabilistic.alignment import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic.dab import (
