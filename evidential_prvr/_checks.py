@@ -11,7 +11,14 @@ from collections.abc import Collection, Sequence
 
 import torch
 
+_VALIDATE_ARGS = True
+
 __all__ = [
+    "set_default_validate_args",
+    "default_validate_args",
+    "should_validate",
+    "as_mask",
+    "check_same_device",
     "check_tensor",
     "check_finite",
     "check_same_shape",
@@ -114,3 +121,83 @@ def check_square(x: torch.Tensor, name: str) -> None:
         raise ValueError(
             f"{name} must be a square [B, B] matrix (positives on the diagonal), got shape {tuple(x.shape)}"
         )
+
+
+def set_default_validate_args(value: bool) -> None:
+    """Switch argument validation on or off for every function and module that is not told otherwise.
+
+    Mirrors :meth:`torch.distributions.Distribution.set_default_validate_args`. Validation is on by
+    default. Checks that need the values of a tensor (finiteness, ranges, index bounds) synchronise
+    with the host; with validation off they are skipped, so a ``forward`` has no host synchronisation
+    from argument checking and can be captured whole by :func:`torch.compile`. Shape, dtype and device
+    checks cost nothing and always run.
+
+    Parameters
+    ----------
+    value : bool
+        ``True`` to validate (default), ``False`` to skip the value checks.
+    """
+    global _VALIDATE_ARGS
+    if not isinstance(value, bool):
+        raise TypeError(f"value must be a bool, got {type(value).__name__}")
+    _VALIDATE_ARGS = value
+
+
+def default_validate_args() -> bool:
+    """Whether argument validation is on for callers that pass ``validate_args=None`` (the default)."""
+    return _VALIDATE_ARGS
+
+
+def should_validate(validate_args: bool | None) -> bool:
+    """Resolve a ``validate_args`` argument: ``None`` follows :func:`set_default_validate_args`."""
+    if validate_args is None:
+        return _VALIDATE_ARGS
+    if not isinstance(validate_args, bool):
+        raise TypeError(f"validate_args must be a bool or None, got {type(validate_args).__name__}")
+    return validate_args
+
+
+def as_mask(
+    mask: object,
+    name: str,
+    shape: Sequence[int],
+    device: torch.device,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """The one mask rule of the library: a ``bool`` tensor, or 0/1 values of any real dtype.
+
+    Returns a ``bool`` tensor of exactly ``shape``. Raises ``TypeError`` for a non-tensor or a
+    complex tensor, ``ValueError`` for another shape, another device or (when ``validate``) a value
+    other than 0 and 1. No broadcasting.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (bool, or 0/1 values), got {type(mask).__name__}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.device != device:
+        raise ValueError(f"{name} must be on {device} like the scores, got {mask.device}")
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_complex():
+        raise TypeError(f"{name} must be a real tensor (bool, or 0/1 values), got {mask.dtype}")
+    if validate and mask.numel() and bool(((mask != 0) & (mask != 1)).any()):
+        raise ValueError(f"{name} must hold only 0 and 1 (or be a bool tensor), got other values")
+    return mask != 0
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` naming two arguments if the given tensors are not all on one device.
+
+    ``None`` entries are skipped. The library never moves an argument silently.
+    """
+    first_name = first_device = None
+    for name, tensor in tensors.items():
+        if tensor is None:
+            continue
+        if first_device is None:
+            first_name, first_device = name, tensor.device
+        elif tensor.device != first_device:
+            raise ValueError(
+                f"{first_name} and {name} must be on the same device, got {first_device} and {tensor.device}"
+            )
