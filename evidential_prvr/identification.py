@@ -31,7 +31,7 @@ from evidential_prvr.functional.evidence import (
     opinion_kernel,
 )
 from evidential_prvr.functional.targets import correctly_matched, normalized_target, positive_mask
-from evidential_prvr.presets import inter_video_preset
+from evidential_prvr.presets import holmes_settings
 
 __all__ = [
     "QueryType",
@@ -250,9 +250,8 @@ class UncertaintyGuidedIdentifier(nn.Module):
     @classmethod
     def from_preset(cls, name: str, dataset: str | None = None) -> UncertaintyGuidedIdentifier:
         """Build from the ``"paper"`` or ``"release"`` preset (see :func:`evidential_prvr.presets.inter_video_preset`)."""
-        kwargs = inter_video_preset(name, dataset)
-        kwargs.pop("gamma")
-        return cls(**kwargs)
+        inter = holmes_settings(name, dataset).inter
+        return cls(inter.beta, inter.tau, inter.tanh_scaling, inter.entropy_median, inter.fusion)
 
     def extra_repr(self) -> str:
         return (

@@ -18,7 +18,7 @@ from evidential_prvr.identification import (
     UncertaintyGuidedIdentifier,
     check_similarity_pair,
 )
-from evidential_prvr.presets import inter_video_preset
+from evidential_prvr.presets import holmes_settings
 
 __all__ = ["CALIBRATION_SETS", "InterVideoLossDetails", "EvidentialRetrievalLoss"]
 
@@ -132,7 +132,9 @@ class EvidentialRetrievalLoss(nn.Module):
         fusion. ``"release"`` with ``dataset="tvr" | "activitynet" | "charades"``: outside scaling with
         τ = 0.05 / 0.04 / 0.08, batch lower median, β = 0.3, γ = 0.2, uncertainty-dominant fusion.
         """
-        kwargs = inter_video_preset(name, dataset)
+        inter = holmes_settings(name, dataset).inter
+        kwargs = dict(beta=inter.beta, gamma=inter.gamma, tau=inter.tau, tanh_scaling=inter.tanh_scaling,
+                      entropy_median=inter.entropy_median, fusion=inter.fusion)
         kwargs.update(overrides)
         return cls(**kwargs)  # type: ignore[arg-type]
 

@@ -232,7 +232,7 @@ def test_errors():
         UncertaintyGuidedIdentifier.from_preset("release")
     with pytest.raises(ValueError, match="dataset"):
         UncertaintyGuidedIdentifier.from_preset("release", dataset="msrvtt")
-    with pytest.raises(ValueError, match="name"):
+    with pytest.raises(ValueError, match="preset"):
         UncertaintyGuidedIdentifier.from_preset("official")
 
 
