@@ -36,7 +36,7 @@ def make_problem(batch: int, queries: int, clips: int, seed: int = 0):
     q = torch.nn.functional.normalize(torch.randn(batch, queries, 384, generator=gen), dim=-1)
     c = torch.nn.functional.normalize(torch.randn(batch, clips, 384, generator=gen), dim=-1)
     sim = torch.bmm(q, c.transpose(1, 2))
-    fot = FlexibleOT.from_preset("release")
+    fot = FlexibleOT.from_preset("release", dataset="tvr")
     out = fot(sim)
     scores = torch.cat([out.similarity, out.dustbin_value.view(batch, 1, 1).expand(batch, 1, clips)], dim=1)
     a = torch.cat([torch.full((batch, queries), 1.0 / (clips + queries)),

@@ -1,47 +1,50 @@
 """evidential-prvr: uncertainty-aware partially relevant video retrieval for PyTorch.
 
-The library has two layers: :mod:`evidential_prvr.functional` holds pure tensor functions, one per
-equation of the papers it implements, and this package exports the ``nn.Module`` wrappers with
-hyperparameters, presets and named outputs.
+Layers: :mod:`evidential_prvr.functional` holds pure tensor functions, one per equation of the papers
+it implements; this package exports the ``nn.Module`` wrappers (hyperparameters, presets, named
+outputs), the result dataclasses and the global validation switch; :mod:`evidential_prvr.presets`
+holds every paper and release constant; :mod:`evidential_prvr.metrics` the retrieval metrics and
+:mod:`evidential_prvr.probabilistic` the DAB and HUD modules.
 """
 
-from evidential_prvr import functional
+from evidential_prvr import functional, metrics, presets, probabilistic
+from evidential_prvr._checks import default_validate_args, set_default_validate_args
+
+# Results of the functional layer
+from evidential_prvr.functional._evidence import Opinion
+from evidential_prvr.functional._dempster_shafer import DempsterShaferOutput
+from evidential_prvr.functional._identification import BranchIdentification, Identification, QueryType
+from evidential_prvr.functional._inter_video import InterVideoLossDetails
+from evidential_prvr.functional._flexible_ot import FlexibleOTResult, POTProblem
+from evidential_prvr.functional._intra_video import IntraVideoLossDetails
+from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetails
 
 # Inter-video evidential learning (Holmes §3.2)
-from evidential_prvr.dempster_shafer import DempsterShaferFusion, DempsterShaferOutput
-from evidential_prvr.identification import (
-    BranchIdentification,
-    Identification,
-    QueryType,
-    UncertaintyGuidedIdentifier,
-)
-from evidential_prvr.inter_video_loss import EvidentialRetrievalLoss, InterVideoLossDetails
+from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._dempster_shafer import DempsterShaferFusion
+from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 
 # Flexible optimal transport and intra-video evidential learning (Holmes §3.3)
-from evidential_prvr.batching import IntraVideoBatch, build_intra_video_batch
-from evidential_prvr.flexible_ot import FlexibleOT, FlexibleOTResult, POTProblem
-from evidential_prvr.intra_video_loss import IntraVideoEvidentialLoss, IntraVideoLossDetails
+from evidential_prvr._batching import IntraVideoBatch, build_intra_video_batch
+from evidential_prvr._flexible_ot import FlexibleOT
+from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 
-# Basic retrieval objectives (Holmes App. B.1) and metrics
-from evidential_prvr import metrics
-from evidential_prvr.base_losses import (
-    BaseRetrievalLoss,
-    BaseRetrievalLossOutput,
-    InfoNCELoss,
-    QueryDiversityLoss,
-    TripletRankingLoss,
-)
+# Basic retrieval objectives (Holmes App. B.1) and the whole objective (Eq. 21)
+from evidential_prvr._base_losses import BaseRetrievalLoss, InfoNCELoss, QueryDiversityLoss, TripletRankingLoss
+from evidential_prvr._criterion import HolmesCriterion, HolmesLossDetails
 
-from evidential_prvr import probabilistic
-
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 __all__ = [
+    # validation switch
+    "set_default_validate_args",
+    "default_validate_args",
     # inter-video
     "QueryType",
     "UncertaintyGuidedIdentifier",
     "Identification",
     "BranchIdentification",
+    "Opinion",
     "DempsterShaferFusion",
     "DempsterShaferOutput",
     "EvidentialRetrievalLoss",
@@ -54,14 +57,17 @@ __all__ = [
     "IntraVideoLossDetails",
     "IntraVideoBatch",
     "build_intra_video_batch",
-    # basic objectives
+    # basic objectives and the whole objective
     "BaseRetrievalLoss",
-    "BaseRetrievalLossOutput",
+    "BaseRetrievalLossDetails",
     "InfoNCELoss",
     "QueryDiversityLoss",
     "TripletRankingLoss",
+    "HolmesCriterion",
+    "HolmesLossDetails",
     # submodules
     "functional",
     "metrics",
+    "presets",
     "probabilistic",
 ]

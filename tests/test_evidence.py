@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import integrate, special, stats
 
 from evidential_prvr.functional import evidence, expected_entropy, label_consistency, opinion
-from evidential_prvr.functional.targets import correctly_matched, positive_mask
+from evidential_prvr.functional import correctly_matched, positive_mask
 from tests.strategies.evidential import dirichlet_alphas, multi_hot_targets, similarity_batches
 
 
@@ -89,7 +89,8 @@ def test_evidence_errors():
 
 @given(dirichlet_alphas(max_log_evidence=20.0))
 def test_opinion_invariants(alpha):
-    b, u, s = opinion(alpha)
+    op = opinion(alpha)
+    b, u, s = op.belief, op.uncertainty, op.strength
     assert torch.allclose(b.sum(-1) + u, torch.ones_like(u), atol=1e-12)
     assert (b >= 0).all() and (u > 0).all() and (u <= 1).all()
     np.testing.assert_allclose(s.numpy(), alpha.numpy().sum(-1), rtol=1e-12)
@@ -201,19 +202,19 @@ def test_correctly_matched_any_positive_and_ties():
 
 def test_target_errors():
     sim = torch.randn(3, 4)
-    with pytest.raises(ValueError, match=r"target.*\[0, 4\)"):
+    with pytest.raises(ValueError, match=r"query_video.*\[0, 4\)"):
         label_consistency(sim, torch.tensor([0, 4, 1]))
-    with pytest.raises(ValueError, match=r"target.*-1"):
+    with pytest.raises(ValueError, match=r"query_video.*-1"):
         label_consistency(sim, torch.tensor([0, -1, 1]))
-    with pytest.raises(ValueError, match=r"target.*\[3\]"):
+    with pytest.raises(ValueError, match=r"query_video.*\[3\]"):
         label_consistency(sim, torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match=r"target.*\[3, 4\]"):
+    with pytest.raises(ValueError, match=r"query_video.*\[3, 4\]"):
         label_consistency(sim, torch.ones(3, 5))
-    with pytest.raises(ValueError, match="target.*0 and 1"):
+    with pytest.raises(ValueError, match="query_video.*0 and 1"):
         label_consistency(sim, torch.full((3, 4), 0.5))
-    with pytest.raises(ValueError, match="target.*at least one positive"):
+    with pytest.raises(ValueError, match="query_video.*at least one positive"):
         label_consistency(sim, torch.zeros(3, 4))
-    with pytest.raises(TypeError, match="target"):
+    with pytest.raises(TypeError, match="query_video"):
         label_consistency(sim, torch.tensor([0.0, 1.0, 2.0]))
     with pytest.raises(ValueError, match="sim"):
         label_consistency(torch.randn(3), torch.tensor([0, 1, 2]))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from evidential_prvr import FlexibleOT
 from tests.strategies.transport import epsilons, masked_similarity_batches
 
-METHODS = ["log", "kernel"]
+METHODS = ["log", "scaling"]
 
 
 def reference_fot(
@@ -23,8 +23,13 @@ def reference_fot(
     quantile: float | None = 0.3,
     normalize: str | None = "minmax",
     marginals: str = "release",
+    minmax_over: str = "block",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(plan [Mq, Mc], dustbin [Mc])`` of one video, from the issue's definition and ``ot.sinkhorn``."""
+    """``(plan [Mq, Mc], dustbin [Mc])`` of one video, from the definition and ``ot.sinkhorn``.
+
+    ``minmax_over="block"`` takes the normalisation's min and max over the whole padded block of the
+    video (the release), ``"valid"`` over the valid entries only.
+    """
     q_idx, c_idx = np.flatnonzero(qmask), np.flatnonzero(cmask)
     nq, nc = len(q_idx), len(c_idx)
     plan = np.zeros(sim.shape)
@@ -33,7 +38,8 @@ def reference_fot(
         return plan, dustbin
     s = sim[np.ix_(q_idx, c_idx)].astype(np.float64)
     if normalize == "minmax" and s.size:
-        s = (s - s.min()) / (s.max() - s.min() + 1e-8)
+        scope = sim.astype(np.float64) if minmax_over == "block" else s
+        s = (s - scope.min()) / (scope.max() - scope.min() + 1e-8)
     if quantile is None:
         a = np.full(nq, 1.0 / nq)
         gains = s
@@ -58,15 +64,17 @@ def converged(**kwargs) -> FlexibleOT:
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("marginals", ["release", "uniform"])
+@pytest.mark.parametrize("minmax_over", ["block", "valid"])
 @settings(max_examples=15)
 @given(batch=masked_similarity_batches(), epsilon=epsilons, quantile=st.floats(0.05, 0.95))
-def test_matches_pot(method, marginals, batch, epsilon, quantile):
+def test_matches_pot(method, marginals, minmax_over, batch, epsilon, quantile):
     sim, qmask, cmask = batch
-    fot = converged(epsilon=epsilon, dustbin_quantile=quantile, marginals=marginals, method=method)
+    fot = converged(epsilon=epsilon, dustbin_quantile=quantile, marginals=marginals, method=method,
+                    minmax_over=minmax_over)
     out = fot(sim, qmask, cmask)
     for k in range(sim.shape[0]):
         plan, dustbin = reference_fot(
-            sim[k].numpy(), qmask[k].numpy(), cmask[k].numpy(), epsilon, quantile, "minmax", marginals
+            sim[k].numpy(), qmask[k].numpy(), cmask[k].numpy(), epsilon, quantile, "minmax", marginals, minmax_over
         )
         np.testing.assert_allclose(out.plan[k].numpy(), plan, atol=1e-6, rtol=0)
         np.testing.assert_allclose(out.dustbin[k].numpy(), dustbin, atol=1e-6, rtol=0)
@@ -88,7 +96,7 @@ def test_matches_pot_without_normalisation_and_without_dustbin(method, batch, ep
 @given(batch=masked_similarity_batches(), marginals=st.sampled_from(["release", "uniform"]))
 def test_pot_problem_reproduces_plan(batch, marginals):
     sim, qmask, cmask = batch
-    fot = converged(marginals=marginals)
+    fot = converged(marginals=marginals, minmax_over="valid")
     out = fot(sim, qmask, cmask)
     for k, problem in enumerate(fot.pot_problem(sim, qmask, cmask)):
         q = ot.sinkhorn(problem.a, problem.b, problem.M, problem.reg, method="sinkhorn_log", stopThr=1e-13,
@@ -137,7 +145,7 @@ def test_dustbin_absorbs_clips_below_the_dustbin_value():
     sim = torch.zeros(1, 2, 10, dtype=torch.float64)
     sim[0, :, :3] = 1.0
     sim[0, :, 3:] = torch.linspace(0.0, 0.1, 7, dtype=torch.float64)
-    out = converged(epsilon=0.01)(sim)
+    out = converged(epsilon=0.01)(sim, return_dustbin_value=True)
     z = float(out.dustbin_value[0])
     assert z <= 0.1 / (1.0 + 1e-8) + 1e-12  # 0.3 quantile of 20 entries: among the irrelevant ones
     # irrelevant clips send all their mass (1/10) to the dustbin, none to the queries
@@ -177,7 +185,8 @@ def test_padded_values_do_not_matter_and_minmax_uses_valid_entries_only():
     poisoned = sim.clone()
     poisoned[0, 2] = float("nan")
     poisoned[1, :, 3:] = 1e4
-    a, b = FlexibleOT()(sim, qmask, cmask), FlexibleOT()(poisoned, qmask, cmask)
+    fot = FlexibleOT(minmax_over="valid")
+    a, b = fot(sim, qmask, cmask), fot(poisoned, qmask, cmask)
     torch.testing.assert_close(a.plan, b.plan, rtol=0, atol=0)
     valid = qmask.unsqueeze(2) & cmask.unsqueeze(1)
     assert float(a.similarity[0][valid[0]].max()) == pytest.approx(1.0, abs=1e-6)
@@ -229,13 +238,20 @@ def test_tolerance_stops_close_to_convergence():
 
 
 def test_presets():
-    release = FlexibleOT.from_preset("release")
-    assert (release.epsilon, release.n_iters, release.dustbin_quantile, release.normalize) == (0.1, 50, 0.3, "minmax")
-    assert (release.marginals, release.tol, release.grad) == ("release", None, "detach")
+    for dataset in ("tvr", "activitynet", "charades", "act", "cha"):
+        release = FlexibleOT.from_preset("release", dataset=dataset)
+        assert (release.epsilon, release.n_iters, release.dustbin_quantile, release.normalize) == (0.1, 50, 0.3, "minmax")
+        assert (release.marginals, release.tol, release.grad, release.minmax_over) == ("release", None, "detach", "block")
     paper = FlexibleOT.from_preset("paper")
     assert (paper.normalize, paper.marginals, paper.dustbin_quantile) == (None, "uniform", 0.3)
+    assert FlexibleOT.from_preset("paper", dataset="tvr").settings() == paper.settings()
+    assert FlexibleOT.from_preset("release", dataset="tvr", epsilon=0.05).epsilon == 0.05
     with pytest.raises(ValueError, match="preset"):
         FlexibleOT.from_preset("best")
+    with pytest.raises(ValueError, match="dataset"):
+        FlexibleOT.from_preset("release")
+    with pytest.raises(TypeError, match="'eps'"):
+        FlexibleOT.from_preset("release", dataset="tvr", eps=0.1)
 
 
 @pytest.mark.parametrize(
@@ -271,7 +287,7 @@ def test_bad_inputs():
         fot(sim, None, torch.ones(4, 2, dtype=torch.bool))
     with pytest.raises(ValueError, match="clip_mask must mark at least one valid clip"):
         fot(sim, None, torch.tensor([[True] * 4, [False] * 4]))
-    with pytest.raises(ValueError, match="query_mask must be boolean"):
+    with pytest.raises(ValueError, match="query_mask must hold only 0 and 1"):
         fot(sim, torch.full((2, 3), 0.5))
     bad = sim.clone()
     bad[1, 2, 3] = float("inf")
@@ -281,14 +297,14 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("ragged", [False, True])
 def test_dustbin_value_is_the_same_on_the_differentiable_path(ragged):
-    # the CPU fast path (NumPy selection, no gradient) and the torch path (autodiff) must agree
+    # with and without gradient tracking, the k-th smallest valid similarity
     gen = torch.Generator().manual_seed(6)
     sim = torch.rand(4, 3, 7, generator=gen, dtype=torch.float64)
     qmask = torch.tensor([[True, True, True], [True, False, True], [False, False, True], [True] * 3])
     qmask = qmask if ragged else torch.ones(4, 3, dtype=torch.bool)
     fot = FlexibleOT(grad="autodiff", dustbin_quantile=0.45)
-    plain = fot(sim, qmask)
-    tracked = fot(sim.clone().requires_grad_(True), qmask)
+    plain = fot(sim, qmask, return_dustbin_value=True)
+    tracked = fot(sim.clone().requires_grad_(True), qmask, return_dustbin_value=True)
     torch.testing.assert_close(tracked.dustbin_value.detach(), plain.dustbin_value, rtol=0, atol=0)
     expected = []
     for k in range(4):
@@ -303,7 +319,7 @@ def test_unmasked_fast_path_equals_all_true_masks_and_is_differentiable():
     ones_q, ones_c = torch.ones(3, 4, dtype=torch.bool), torch.ones(3, 6, dtype=torch.bool)
     for normalize in ("minmax", None):
         fot = FlexibleOT(normalize=normalize)
-        dense, masked = fot(sim), fot(sim, ones_q, ones_c)
+        dense, masked = fot(sim, return_dustbin_value=True), fot(sim, ones_q, ones_c, return_dustbin_value=True)
         for name in ("plan", "dustbin", "assignment", "similarity", "dustbin_value"):
             torch.testing.assert_close(getattr(dense, name), getattr(masked, name), rtol=0, atol=1e-15)
     fot = FlexibleOT(epsilon=0.5, n_iters=10, grad="autodiff")
@@ -320,3 +336,34 @@ def test_plan_does_not_depend_on_the_dustbin_value(batch, marginals):
     high = converged(dustbin_quantile=0.9, marginals=marginals)(sim, qmask, cmask)
     torch.testing.assert_close(low.plan, high.plan, atol=1e-9, rtol=0)
     torch.testing.assert_close(low.dustbin, high.dustbin, atol=1e-9, rtol=0)
+
+
+def test_release_minmax_reads_the_whole_padded_block():
+    # the release normalises over the padded caption slots too (zero embeddings: cosine 0)
+    sim = torch.tensor([[[0.5, 0.9, 0.7], [0.0, 0.0, 0.0]]], dtype=torch.float64)
+    qmask = torch.tensor([[True, False]])
+    block = FlexibleOT(minmax_over="block")(sim, qmask)
+    valid = FlexibleOT(minmax_over="valid")(sim, qmask)
+    expected_block = sim[0, 0] / (0.9 + 1e-8)  # min 0 comes from the padded slot
+    expected_valid = (sim[0, 0] - 0.5) / (0.4 + 1e-8)
+    torch.testing.assert_close(block.similarity[0, 0], expected_block, rtol=0, atol=1e-15)
+    torch.testing.assert_close(valid.similarity[0, 0], expected_valid, rtol=0, atol=1e-15)
+    assert float((block.assignment - valid.assignment).abs().max()) > 1e-3
+    unpadded = sim[:, :1]
+    torch.testing.assert_close(FlexibleOT(minmax_over="block")(unpadded).plan,
+                               FlexibleOT(minmax_over="valid")(unpadded).plan, rtol=0, atol=1e-15)
+
+
+def test_block_scope_needs_finite_padded_entries():
+    sim = torch.rand(1, 2, 3)
+    sim[0, 1] = float("nan")
+    qmask = torch.tensor([[True, False]])
+    FlexibleOT(minmax_over="valid")(sim, qmask)
+    with pytest.raises(ValueError, match="sim must be finite"):
+        FlexibleOT(minmax_over="block")(sim, qmask)
+
+
+def test_dustbin_value_only_on_request():
+    sim = torch.rand(2, 3, 4)
+    assert FlexibleOT()(sim).dustbin_value is None
+    assert FlexibleOT()(sim, return_dustbin_value=True).dustbin_value.shape == (2,)

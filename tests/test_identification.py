@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import special
 
 from evidential_prvr import Identification, QueryType, UncertaintyGuidedIdentifier
-from evidential_prvr.identification import fuse_query_types
+from evidential_prvr.functional import fuse_query_types
 from tests.strategies.evidential import similarity_batches
 
 P, N, U = int(QueryType.PRECISE), int(QueryType.POLYSEMOUS), int(QueryType.UNDERDETERMINED)
@@ -216,7 +216,7 @@ def test_errors():
         ident(sim, bad, t)
     with pytest.raises(ValueError, match="frame_sim"):
         ident(torch.empty(0, 4), torch.empty(0, 4), torch.empty(0, dtype=torch.long))
-    with pytest.raises(ValueError, match="target"):
+    with pytest.raises(ValueError, match="query_video"):
         ident(sim, sim, torch.tensor([0, 1, 9]))
     with pytest.raises(ValueError, match="beta"):
         UncertaintyGuidedIdentifier(beta=1.5)

@@ -193,12 +193,18 @@ def test_device(device):
 
 def test_presets_and_overrides():
     paper = EvidentialRetrievalLoss.from_preset("paper")
-    assert (paper.gamma, paper.identifier.tau, paper.identifier.tanh_scaling, paper.identifier.entropy_median) == (
-        0.2, 0.1, "inside", "candidates")
+    assert (paper.gamma, paper.tau, paper.tanh_scaling, paper.entropy_median, paper.matched) == (
+        0.2, 0.1, "inside", "candidates", "any_positive")
     release = EvidentialRetrievalLoss.from_preset("release", dataset="activitynet", calibrate=False)
-    assert (release.identifier.tau, release.identifier.tanh_scaling, release.identifier.entropy_median) == (
-        0.04, "outside", "batch")
-    assert release.calibrate is False and release.identifier.fusion == "uncertainty_dominant"
+    assert (release.tau, release.tanh_scaling, release.entropy_median, release.matched) == (
+        0.04, "outside", "batch", "argmax")
+    assert release.calibrate is False and release.fusion == "uncertainty_dominant"
+    identifier = release.identifier()
+    assert (identifier.tau, identifier.matched, identifier.entropy_median) == (0.04, "argmax", "batch")
+    assert EvidentialRetrievalLoss.from_preset("release", "act").tau == 0.04
+    assert EvidentialRetrievalLoss.from_preset("paper", "activitynet").tau == 0.1
+    with pytest.raises(TypeError, match="'gama'"):
+        EvidentialRetrievalLoss.from_preset("release", "tvr", gama=0.3)
 
 
 def test_errors():
@@ -217,7 +223,7 @@ def test_errors():
         EvidentialRetrievalLoss(calibrate=1)
     with pytest.raises(ValueError, match="frame_sim and clip_sim"):
         loss_fn(torch.randn(3, 4), torch.randn(4, 4), torch.arange(3))
-    with pytest.raises(ValueError, match="target"):
+    with pytest.raises(ValueError, match="query_video"):
         loss_fn(torch.randn(3, 4), torch.randn(3, 4), torch.arange(4))
     with pytest.raises(ValueError, match="frame_sim"):
         loss_fn(torch.full((3, 4), float("inf")), torch.randn(3, 4), torch.arange(3))

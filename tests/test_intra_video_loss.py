@@ -19,9 +19,10 @@ def reference_l_u(alpha: np.ndarray, y: np.ndarray) -> float:
 
 
 def reference_loss(
-    sim, qmask, cmask, tau, scaling="outside", mode="fot", epsilon=0.1, normalize="minmax", marginals="release"
+    sim, qmask, cmask, tau, scaling="outside", mode="fot", epsilon=0.1, normalize="minmax", marginals="release",
+    minmax_over="block",
 ):
-    """L_intra from the issue's definition: per valid query over its video's valid clips."""
+    """L_intra from its definition: per valid query over its video's valid clips."""
     per_video = []
     for k in range(sim.shape[0]):
         q_idx, c_idx = np.flatnonzero(qmask[k]), np.flatnonzero(cmask[k])
@@ -29,13 +30,14 @@ def reference_loss(
             continue
         s = sim[k][np.ix_(q_idx, c_idx)]
         if normalize == "minmax":
-            s = (s - s.min()) / (s.max() - s.min() + 1e-8)
+            scope = sim[k] if minmax_over == "block" else s
+            s = (s - scope.min()) / (scope.max() - scope.min() + 1e-8)
         if mode == "softmax":
             e = np.exp((s - s.max(axis=1, keepdims=True)) / epsilon)
             target = e / e.sum(axis=1, keepdims=True)
         else:
             quantile = 0.3 if mode == "fot" else None
-            plan, _ = reference_fot(sim[k], qmask[k], cmask[k], epsilon, quantile, normalize, marginals)
+            plan, _ = reference_fot(sim[k], qmask[k], cmask[k], epsilon, quantile, normalize, marginals, minmax_over)
             rows = plan[np.ix_(q_idx, c_idx)]
             target = rows / rows.sum(axis=1, keepdims=True)
         evidence = np.exp(np.tanh(s) / tau) if scaling == "outside" else np.exp(np.tanh(s / tau))
@@ -44,8 +46,9 @@ def reference_loss(
     return float(np.mean(per_video)) if per_video else 0.0
 
 
-def converged_loss(mode="fot", tau=0.08, scaling="outside", normalize="minmax", marginals="release"):
-    fot = FlexibleOT(n_iters=50000, tol=1e-12, normalize=normalize, marginals=marginals)
+def converged_loss(mode="fot", tau=0.08, scaling="outside", normalize="minmax", marginals="release",
+                   minmax_over="block"):
+    fot = FlexibleOT(n_iters=50000, tol=1e-12, normalize=normalize, marginals=marginals, minmax_over=minmax_over)
     return IntraVideoEvidentialLoss(fot, tau=tau, tanh_scaling=scaling, assignment=mode)
 
 
@@ -63,12 +66,13 @@ def test_hand_built_case():
 
 
 @pytest.mark.parametrize("mode", ["fot", "ot", "softmax"])
+@pytest.mark.parametrize("minmax_over", ["block", "valid"])
 @settings(max_examples=10)
 @given(batch=masked_similarity_batches())
-def test_matches_reference_with_masks(mode, batch):
+def test_matches_reference_with_masks(mode, minmax_over, batch):
     sim, qmask, cmask = batch
-    loss = converged_loss(mode=mode, tau=0.06)(sim, qmask, cmask)
-    expected = reference_loss(sim.numpy(), qmask.numpy(), cmask.numpy(), 0.06, mode=mode)
+    loss = converged_loss(mode=mode, tau=0.06, minmax_over=minmax_over)(sim, qmask, cmask)
+    expected = reference_loss(sim.numpy(), qmask.numpy(), cmask.numpy(), 0.06, mode=mode, minmax_over=minmax_over)
     assert float(loss) == pytest.approx(expected, abs=1e-7)
 
 
@@ -88,7 +92,7 @@ def test_padded_clips_are_not_classes():
     sim = torch.rand(1, 3, 4, generator=gen, dtype=torch.float64)
     padded = torch.cat([sim, torch.full((1, 3, 2), 5.0, dtype=torch.float64)], dim=2)
     cmask = torch.tensor([[True] * 4 + [False] * 2])
-    loss_fn = converged_loss()
+    loss_fn = converged_loss(minmax_over="valid")  # padded clips hold garbage: keep them out of the range
     torch.testing.assert_close(loss_fn(padded, None, cmask), loss_fn(sim))
 
 
@@ -143,7 +147,12 @@ def test_presets():
         assert IntraVideoEvidentialLoss.from_preset("release", dataset=dataset).tau == 0.08
     paper = IntraVideoEvidentialLoss.from_preset("paper")
     assert (paper.tau, paper.tanh_scaling, paper.fot.marginals) == (0.1, "inside", "uniform")
-    assert IntraVideoEvidentialLoss.from_preset("release", assignment="ot").assignment == "ot"
+    assert IntraVideoEvidentialLoss.from_preset("release", "tvr", assignment="ot").assignment == "ot"
+    assert IntraVideoEvidentialLoss.from_preset("release", "cha", tau=0.2).tau == 0.2
+    with pytest.raises(TypeError, match="'temperature'"):
+        IntraVideoEvidentialLoss.from_preset("release", "tvr", temperature=0.2)
+    with pytest.raises(ValueError, match="dataset"):
+        IntraVideoEvidentialLoss.from_preset("release")
     with pytest.raises(ValueError, match="dataset"):
         IntraVideoEvidentialLoss.from_preset("release", dataset="msrvtt")
     with pytest.raises(ValueError, match="preset"):
@@ -167,7 +176,7 @@ def test_bad_arguments():
 def test_half_precision_and_extreme_inputs(dtype):
     sim = ((torch.rand(3, 4, 8) * 2 - 1) * 1e3).to(dtype).requires_grad_(True)
     for preset in ("release", "paper"):
-        loss = IntraVideoEvidentialLoss.from_preset(preset)(sim)
+        loss = IntraVideoEvidentialLoss.from_preset(preset, "tvr")(sim)
         loss.backward()
         assert loss.dtype == torch.float32 and bool(torch.isfinite(loss))
         assert bool(torch.isfinite(sim.grad).all())
@@ -175,6 +184,6 @@ def test_half_precision_and_extreme_inputs(dtype):
 
 def test_device(device):
     sim = torch.rand(2, 3, 4, device=device, requires_grad=True)
-    loss = IntraVideoEvidentialLoss.from_preset("release")(sim)
+    loss = IntraVideoEvidentialLoss.from_preset("release", "tvr")(sim)
     loss.backward()
     assert loss.device.type == device.type and sim.grad is not None

@@ -251,8 +251,8 @@ def test_half_precision_upcast(device, dtype):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: EF.triplet_ranking_loss(torch.rand(3), torch.zeros(3, dtype=torch.long)), ValueError, "scores"),
-        (lambda: EF.triplet_ranking_loss(torch.rand(3, 2), torch.zeros(4, dtype=torch.long)), ValueError, "3 entries"),
+        (lambda: EF.triplet_ranking_loss(torch.rand(3), torch.zeros(3, dtype=torch.long)), ValueError, "sim"),
+        (lambda: EF.triplet_ranking_loss(torch.rand(3, 2), torch.zeros(4, dtype=torch.long)), ValueError, r"\[3\]"),
         (lambda: EF.triplet_ranking_loss(torch.rand(3, 2), torch.tensor([0, 1, 2])), ValueError, r"\[0, 2\)"),
         (lambda: EF.triplet_ranking_loss(torch.rand(3, 2), torch.zeros(3)), TypeError, "integer"),
         (lambda: EF.triplet_ranking_loss(torch.rand(2, 2), torch.tensor([0, 1]), margin=-1.0), ValueError, "margin"),
@@ -297,14 +297,15 @@ def test_modules_equal_functional():
 
 def test_base_loss_total_is_weighted_sum_of_terms():
     clip, frame, emb, labels = _batch()
-    loss = ep.BaseRetrievalLoss.from_preset("tvr")
-    assert loss.triplet.margin == 0.1 and loss.diversity.delta == 0.15 and loss.div_weight == 8e-5
+    loss = ep.BaseRetrievalLoss.from_preset("release", dataset="tvr")
+    assert loss.margin == 0.1 and loss.div_delta == 0.15 and loss.div_weight == 8e-5
     loss.use_hard_negatives = True
-    out = loss(clip, frame, emb, labels, clip_logits=clip * 5, generator=torch.Generator().manual_seed(0))
-    assert isinstance(out, ep.BaseRetrievalLossOutput)
+    out = loss(frame, clip, emb, labels, clip_logits=clip * 5, generator=torch.Generator().manual_seed(0),
+               return_details=True)
+    assert isinstance(out, ep.BaseRetrievalLossDetails)
     gen = torch.Generator().manual_seed(0)
-    clip_trip = EF.triplet_ranking_loss(clip, labels, 0.1, 20, generator=gen)
     frame_trip = EF.triplet_ranking_loss(frame, labels, 0.1, 20, generator=gen)
+    clip_trip = EF.triplet_ranking_loss(clip, labels, 0.1, 20, generator=gen)
     expected = (
         clip_trip
         + frame_trip
@@ -312,25 +313,36 @@ def test_base_loss_total_is_weighted_sum_of_terms():
         + 0.04 * EF.info_nce_loss(frame, labels)
         + 8e-5 * EF.query_diversity_loss(emb, labels, 32, 0.15, 1)
     )
-    assert torch.allclose(out.total, expected)
+    assert torch.allclose(out.loss, expected)
     assert torch.equal(out.clip_triplet, clip_trip)
+    again = loss(frame, clip, emb, labels, clip_logits=clip * 5, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again, out.loss)
 
 
 def test_base_loss_presets_and_validation():
-    assert ep.BaseRetrievalLoss.from_preset("activitynet").triplet.margin == 0.2
-    assert ep.BaseRetrievalLoss.from_preset("charades", margin=0.3).triplet.margin == 0.3
-    with pytest.raises(ValueError, match="name"):
-        ep.BaseRetrievalLoss.from_preset("msrvtt")
+    assert ep.BaseRetrievalLoss.from_preset("release", dataset="activitynet").margin == 0.2
+    assert ep.BaseRetrievalLoss.from_preset("release", "cha", margin=0.3).margin == 0.3
+    assert ep.BaseRetrievalLoss.from_preset("paper", "tvr").settings() == \
+        ep.BaseRetrievalLoss.from_preset("release", "tvr").settings()
+    with pytest.raises(ValueError, match="dataset"):
+        ep.BaseRetrievalLoss.from_preset("release", "msrvtt")
+    with pytest.raises(ValueError, match="dataset="):
+        ep.BaseRetrievalLoss.from_preset("paper")
+    with pytest.raises(TypeError, match="'marginn'"):
+        ep.BaseRetrievalLoss.from_preset("release", "tvr", marginn=0.3)
     with pytest.raises(ValueError, match="div_weight"):
         ep.BaseRetrievalLoss(div_weight=-1.0)
     with pytest.raises(ValueError, match="video_negative"):
         ep.TripletRankingLoss(video_negative="easiest")
+    assert ep.TripletRankingLoss.from_preset("release", "tvr").margin == 0.1
+    assert ep.QueryDiversityLoss.from_preset("release", "act").delta == 0.2
+    assert ep.InfoNCELoss.from_preset("release", "cha").video_to_text == "release"
 
 
 def test_base_loss_backward(device):
     clip, frame, emb, labels = (x.to(device) for x in _batch())
     clip.requires_grad_()
     emb.requires_grad_()
-    out = ep.BaseRetrievalLoss()(clip, frame, emb, labels)
-    out.total.backward()
+    out = ep.BaseRetrievalLoss()(frame, clip, emb, labels)
+    out.backward()
     assert torch.isfinite(clip.grad).all() and torch.isfinite(emb.grad).all()

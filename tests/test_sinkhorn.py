@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidential_prvr.functional import kernel_range_bound, select_sinkhorn_method, sinkhorn
+from evidential_prvr.functional import scaling_range_bound, select_sinkhorn_method, sinkhorn
 from tests.strategies.transport import epsilons, masked_marginal_problems
 
-METHODS = ["log", "kernel"]
+METHODS = ["log", "scaling"]
 
 
 def pot_plan(scores: np.ndarray, a: np.ndarray, b: np.ndarray, reg: float) -> np.ndarray:
@@ -86,16 +86,16 @@ def test_problem_without_mass_gets_zero_plan():
 
 def test_auto_method_selection():
     small = torch.rand(2, 3, 4)
-    assert select_sinkhorn_method(small, 0.1) == "kernel"
+    assert select_sinkhorn_method(small, 0.1) == "scaling"
     assert select_sinkhorn_method(small * 1e3, 1e-3) == "log"
-    assert kernel_range_bound(torch.float64) > kernel_range_bound(torch.float32) > 50
+    assert scaling_range_bound(torch.float64) > scaling_range_bound(torch.float32) > 50
 
 
 def test_forced_kernel_beyond_safe_range_is_refused():
     scores = torch.rand(1, 3, 4) * 1e3
     a, b = torch.full((1, 3), 1 / 3), torch.full((1, 4), 0.25)
-    with pytest.raises(ValueError, match="method='kernel'"):
-        sinkhorn(scores, a, b, 1e-3, method="kernel")
+    with pytest.raises(ValueError, match="method='scaling'"):
+        sinkhorn(scores, a, b, 1e-3, method="scaling")
 
 
 @pytest.mark.parametrize("method", ["auto", "log"])
@@ -182,15 +182,15 @@ def test_single_cell_problem(batch):
 
 def test_kernel_path_at_the_edge_of_its_range_matches_the_log_path():
     gen = torch.Generator().manual_seed(3)
-    bound = kernel_range_bound(torch.float32)
+    bound = scaling_range_bound(torch.float32)
     scores = torch.rand(4, 6, 64, generator=gen)
     low, high = scores.amin((1, 2), keepdim=True), scores.amax((1, 2), keepdim=True)
     scores = (scores - low) / (high - low)
     epsilon = 1.0 / (bound - 0.5)  # range of scores/epsilon just below the bound
     a = torch.cat([torch.full((4, 5), 1 / 69), torch.full((4, 1), 64 / 69)], dim=1)
     b = torch.full((4, 64), 1 / 64)
-    assert select_sinkhorn_method(scores, epsilon, a, b) == "kernel"
-    kernel = sinkhorn(scores, a, b, epsilon, n_iters=50, method="kernel")
+    assert select_sinkhorn_method(scores, epsilon, a, b) == "scaling"
+    kernel = sinkhorn(scores, a, b, epsilon, n_iters=50, method="scaling")
     log = sinkhorn(scores, a, b, epsilon, n_iters=50, method="log")
     assert bool(torch.isfinite(kernel).all())
     torch.testing.assert_close(kernel, log, atol=1e-6, rtol=1e-3)

@@ -1,36 +1,80 @@
-"""Pure tensor functions: one per equation, typed, stateless and free of I/O."""
+"""Pure tensor functions: one per equation, typed, stateless and free of I/O.
 
-# Evidence, opinions and uncertainties (Holmes Eq. 3-18)
-from evidential_prvr.functional.dempster_shafer import ds_combine, ds_conflict
-from evidential_prvr.functional.dirichlet_loss import dirichlet_mse_loss
-from evidential_prvr.functional.evidence import Opinion, evidence, expected_entropy, label_consistency, opinion
-from evidential_prvr.functional.targets import correctly_matched, normalized_target, positive_mask
+This is the one public path of every function; the modules that implement them are private. The
+``nn.Module`` wrappers in :mod:`evidential_prvr` hold hyperparameters and call these functions.
+"""
 
-# Entropic optimal transport (Holmes Eq. 19-20, App. B.5)
-from evidential_prvr.functional.sinkhorn import kernel_range_bound, select_sinkhorn_method, sinkhorn
+# Evidence, opinions and uncertainties (Holmes Eq. 3-9)
+from evidential_prvr.functional._evidence import evidence, expected_entropy, label_consistency, opinion
+from evidential_prvr.functional._targets import correctly_matched, normalized_target, positive_mask
 
-# Basic retrieval losses (Holmes App. B.1)
-from evidential_prvr.functional.retrieval_losses import (
+# Dempster-Shafer fusion and the evidential loss (Holmes Eq. 16-17)
+from evidential_prvr.functional._dempster_shafer import dempster_shafer_fusion, ds_combine, ds_conflict
+from evidential_prvr.functional._dirichlet_loss import dirichlet_mse_loss
+
+# Identification, calibration and L_inter (Holmes Eq. 10-18)
+from evidential_prvr.functional._identification import fuse_query_types, identify
+from evidential_prvr.functional._inter_video import calibrated_target, inter_video_loss
+
+# Entropic optimal transport, flexible OT and L_intra (Holmes Eq. 19-20, App. B.5)
+from evidential_prvr.functional._sinkhorn import scaling_range_bound, select_sinkhorn_method, sinkhorn
+from evidential_prvr.functional._flexible_ot import flexible_ot, flexible_ot_pot_problems
+from evidential_prvr.functional._intra_video import intra_video_loss
+
+# Basic retrieval losses (Holmes App. B.1, Eq. 22-23)
+from evidential_prvr.functional._retrieval_losses import (
+    base_retrieval_loss,
     info_nce_loss,
     query_diversity_loss,
     triplet_ranking_loss,
 )
 
 # Gaussian embeddings (DAB, HUD)
-from evidential_prvr.functional.dab import (
-    bridge_step_sizes,
-    combine_video_log_variances,
-    pac_loss,
-    sinusoidal_time_embedding,
-)
-from evidential_prvr.functional.gaussian import (
-    kl_margin,
-    pairwise_gaussian_kl,
-    pairwise_wasserstein2,
-    reparameterised_sample,
-)
-from evidential_prvr.functional.hud import (
-    batch_classification_loss,
-    biased_max_similarity,
-    holistic_atomistic_consistency_loss,
-)
+from evidential_prvr.functional._gaussian import kl_margin, pairwise_gaussian_kl, pairwise_wasserstein2, reparameterised_sample
+from evidential_prvr.functional._dab import bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
+from evidential_prvr.functional._hud import batch_classification_loss, biased_max_similarity, holistic_atomistic_consistency_loss
+
+__all__ = [
+    # evidence and opinions
+    "evidence",
+    "opinion",
+    "expected_entropy",
+    "label_consistency",
+    "positive_mask",
+    "normalized_target",
+    "correctly_matched",
+    # fusion and loss
+    "ds_combine",
+    "dempster_shafer_fusion",
+    "ds_conflict",
+    "dirichlet_mse_loss",
+    # inter-video
+    "identify",
+    "fuse_query_types",
+    "calibrated_target",
+    "inter_video_loss",
+    # transport and intra-video
+    "sinkhorn",
+    "select_sinkhorn_method",
+    "scaling_range_bound",
+    "flexible_ot",
+    "flexible_ot_pot_problems",
+    "intra_video_loss",
+    # basic objectives
+    "triplet_ranking_loss",
+    "info_nce_loss",
+    "query_diversity_loss",
+    "base_retrieval_loss",
+    # Gaussian embeddings (DAB, HUD)
+    "pairwise_gaussian_kl",
+    "pairwise_wasserstein2",
+    "kl_margin",
+    "reparameterised_sample",
+    "pac_loss",
+    "sinusoidal_time_embedding",
+    "bridge_step_sizes",
+    "combine_video_log_variances",
+    "biased_max_similarity",
+    "batch_classification_loss",
+    "holistic_atomistic_consistency_loss",
+]

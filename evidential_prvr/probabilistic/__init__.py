@@ -1,30 +1,20 @@
 """Gaussian (probabilistic) embeddings for retrieval: DAB's distribution bridge and HUD's pieces.
 
 Convention: every Gaussian is diagonal and stored as ``(mu, logvar)`` with ``logvar = log σ²``.
-Pure functions live in :mod:`~evidential_prvr.functional.gaussian`,
-:mod:`~evidential_prvr.functional.dab` and
-:mod:`~evidential_prvr.functional.hud` (also exported from
-:mod:`evidential_prvr.functional`); ``nn.Module`` wrappers in
-:mod:`~evidential_prvr.probabilistic.dab`, :mod:`~evidential_prvr.probabilistic.hud` and
-:mod:`~evidential_prvr.probabilistic.alignment`.
+This package holds the ``nn.Module`` wrappers and result types; the pure functions they call
+(``pairwise_gaussian_kl``, ``pac_loss``, ``biased_max_similarity``, ...) have their one public home in
+:mod:`evidential_prvr.functional`.
 """
 
-from evidential_prvr.functional import dab as dab_functional
-from evidential_prvr.functional import gaussian
-from evidential_prvr.functional import hud as hud_functional
-# The pure functions are defined in the functional layer; this package re-exports them by their modules' __all__.
-from evidential_prvr.functional.dab import *  # noqa: F401,F403
-from evidential_prvr.functional.gaussian import *  # noqa: F401,F403
-from evidential_prvr.functional.hud import *  # noqa: F401,F403
-from evidential_prvr.probabilistic import alignment, dab, hud
-from evidential_prvr.probabilistic.alignment import DABAlignment, DABAlignmentOutput, DABGaussians
-from evidential_prvr.probabilistic.dab import (
+from evidential_prvr.functional._gaussian import DiagonalGaussian
+from evidential_prvr.probabilistic._alignment import DABAlignment, DABAlignmentOutput, DABGaussians
+from evidential_prvr.probabilistic._dab import (
     DistributionBridge,
     GaussianEmbeddingHead,
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
 )
-from evidential_prvr.probabilistic.hud import (
+from evidential_prvr.probabilistic._hud import (
     BatchClassificationLoss,
     BiasedMaxSimilarity,
     ComposeByWeights,
@@ -32,12 +22,20 @@ from evidential_prvr.probabilistic.hud import (
     ProbabilisticTextEmbedding,
 )
 
-# Each submodule lists its own public names; the package re-exports all of them.
 __all__ = [
-    *gaussian.__all__,
-    *dab_functional.__all__,
-    *hud_functional.__all__,
-    *dab.__all__,
-    *hud.__all__,
-    *alignment.__all__,
+    "DiagonalGaussian",
+    # DAB
+    "GaussianEmbeddingHead",
+    "TokenUncertaintyHead",
+    "DistributionBridge",
+    "ProbabilisticAlignmentContrastiveLoss",
+    "DABAlignment",
+    "DABAlignmentOutput",
+    "DABGaussians",
+    # HUD
+    "ProbabilisticTextEmbedding",
+    "ComposeByWeights",
+    "BiasedMaxSimilarity",
+    "BatchClassificationLoss",
+    "HolisticAtomisticConsistencyLoss",
 ]

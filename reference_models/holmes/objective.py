@@ -1,23 +1,22 @@
-"""The training objective of the reference model: L_base + L_inter + L_intra with the two-stage schedule.
+"""The training objective of the reference model: the library's :class:`~evidential_prvr.HolmesCriterion`
+configured by a :class:`~reference_models.holmes.config.HolmesConfig` (and the DAB variant).
 
 .. math::
 
     L_{agg} = L_{base} + w_{inter} L_{inter} + w_{intra} L_{intra}  \\qquad \\text{(Holmes Eq. 21)}
 
-with the release's loss weights. The schedule (Holmes §3.4): during the first
-``schedule.warmup_stage_epochs`` epochs L_inter runs *without* label calibration and L_intra is off; after
-that everything is on. Hard negatives of the triplet loss start at ``schedule.hard_negative_epoch``.
-
-The ablation switches of :class:`~reference_models.holmes.config.AblationSettings` act here:
+with the two-stage schedule of Holmes §3.4 (the criterion's :meth:`~evidential_prvr.HolmesCriterion.set_epoch`).
+The ablation switches of :class:`~reference_models.holmes.config.AblationSettings` choose the
+criterion's parts:
 
 * ``method="baseline"``: L_base only (the MIL baseline);
 * ``method="dab"``: L_base with its InfoNCE part replaced by DAB's PAC loss on Gaussian embeddings
   (:class:`~reference_models.holmes.dab_variant.DABObjective`), no Holmes terms;
-* ``inter_branches`` / ``aggregation``: which of the three L_U terms of Eq. 18 enter L_inter;
-* ``fusion`` / ``calibration``: passed to the library's :class:`~evidential_prvr.EvidentialRetrievalLoss`;
-* ``intra`` / ``assignment``: L_intra on or off, and its soft label (softmax / OT / FOT).
+* ``inter_branches`` / ``aggregation``: the ``terms`` of L_inter (Table 3 rows 1-3);
+* ``fusion`` / ``calibration``: the partition fusion and calibration of L_inter (rows 5-9);
+* ``intra`` / ``assignment``: L_intra on or off, and its soft label (rows 10-12).
 
-Everything comes from the library's public API; this module only wires and weights it.
+Everything comes from the library's public API; this module only maps the configuration onto it.
 """
 
 from __future__ import annotations
@@ -30,14 +29,15 @@ from torch import nn
 from evidential_prvr import (
     BaseRetrievalLoss,
     EvidentialRetrievalLoss,
+    HolmesCriterion,
+    HolmesLossDetails,
     IntraVideoEvidentialLoss,
     UncertaintyGuidedIdentifier,
-    build_intra_video_batch,
 )
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.dab_variant import DABObjective
 
-__all__ = ["ObjectiveTerms", "HolmesObjective"]
+__all__ = ["ObjectiveTerms", "HolmesObjective", "build_criterion"]
 
 
 @dataclass
@@ -59,7 +59,7 @@ class ObjectiveTerms:
     stage : int
         1 during the warm-up stage, 2 afterwards.
     query_type : torch.Tensor or None
-        Fused query types of the batch's queries when L_inter ran (detached), else ``None``.
+        Fused query types of the batch's queries when the identification ran (detached), else ``None``.
     """
 
     total: torch.Tensor
@@ -75,8 +75,47 @@ class ObjectiveTerms:
         return {k: getattr(self, k).detach() for k in ("total", "base", "inter", "intra", "pac")}
 
 
+def _preset(config: HolmesConfig) -> tuple[str, str]:
+    return config.loss.evidential_preset, config.loss.loss_dataset
+
+
+def build_criterion(config: HolmesConfig) -> HolmesCriterion:
+    """The library's :class:`~evidential_prvr.HolmesCriterion` for ``config`` (weights, schedule, ablation)."""
+    loss, ablation = config.loss, config.ablation
+    preset, dataset = _preset(config)
+    base = BaseRetrievalLoss(
+        margin=loss.margin,
+        frame_nce_weight=0.0 if ablation.method == "dab" else loss.nce_frame,
+        clip_nce_weight=0.0 if ablation.method == "dab" else loss.nce_clip,
+        div_weight=loss.div,
+        div_alpha=loss.div_alpha,
+        div_delta=loss.div_delta,
+        div_lambda=loss.div_lambda,
+    )
+    inter = intra = None
+    if ablation.method == "holmes":
+        terms = {"both": ("frame", "clip"), "frame": ("frame",), "clip": ("clip",)}[ablation.inter_branches]
+        overrides: dict[str, object] = {
+            "fusion": ablation.fusion,
+            "calibrate": ablation.calibration != "none",
+            "calibration_set": "initial" if ablation.calibration == "initial_polysemous" else "refined",
+            "terms": terms + (("fused",) if ablation.aggregation else ()),
+        }
+        if loss.inter_tau is not None:
+            overrides["tau"] = loss.inter_tau
+        inter = EvidentialRetrievalLoss.from_preset(preset, dataset, **overrides)
+        if ablation.intra:
+            intra_overrides: dict[str, object] = {"assignment": ablation.assignment}
+            if loss.intra_tau is not None:
+                intra_overrides["tau"] = loss.intra_tau
+            intra = IntraVideoEvidentialLoss.from_preset(preset, dataset, **intra_overrides)
+    return HolmesCriterion(base, inter, intra, inter_weight=loss.inter, intra_weight=loss.intra,
+                           warmup_stage_epochs=config.schedule.warmup_stage_epochs,
+                           hard_negative_epoch=config.schedule.hard_negative_epoch)
+
+
 class HolmesObjective(nn.Module):
-    """Holmes objective (Eq. 21) wired from the library's losses according to a :class:`HolmesConfig`.
+    """Holmes objective (Eq. 21) of a :class:`HolmesConfig`: the criterion plus the DAB heads when asked for.
 
     Call :meth:`set_epoch` before each epoch; :meth:`forward` takes the model's output and the batch.
 
@@ -91,76 +130,37 @@ class HolmesObjective(nn.Module):
     def __init__(self, config: HolmesConfig, hidden_size: int) -> None:
         super().__init__()
         self.config = config
-        loss, ablation = config.loss, config.ablation
-        self.method = ablation.method
-        nce_off = self.method == "dab"
-        self.base = BaseRetrievalLoss(
-            margin=loss.margin,
-            clip_nce_weight=0.0 if nce_off else loss.nce_clip,
-            frame_nce_weight=0.0 if nce_off else loss.nce_frame,
-            div_weight=loss.div,
-            div_alpha=loss.div_alpha,
-            div_delta=loss.div_delta,
-            div_lambda=loss.div_lambda,
-        )
-        self.inter: EvidentialRetrievalLoss | None = None
-        self.inter_warmup: EvidentialRetrievalLoss | None = None
-        self.intra: IntraVideoEvidentialLoss | None = None
-        self.dab: DABObjective | None = None
-        if self.method == "holmes":
-            self.inter = self._inter_loss(calibrate=ablation.calibration != "none")
-            self.inter_warmup = self._inter_loss(calibrate=False)
-            if ablation.intra:
-                self.intra = self._intra_loss()
-        elif self.method == "dab":
-            self.dab = DABObjective(hidden_size, config.dab)
-        self.epoch = 0
-
-    # --- construction -----------------------------------------------------------------------------
-    def _preset_args(self) -> tuple[str, dict[str, object]]:
-        loss = self.config.loss
-        if loss.evidential_preset == "paper":
-            return "paper", {}
-        return "release", {"dataset": loss.loss_dataset}
-
-    def _inter_loss(self, calibrate: bool) -> EvidentialRetrievalLoss:
-        name, kwargs = self._preset_args()
-        overrides: dict[str, object] = {
-            "fusion": self.config.ablation.fusion,
-            "calibrate": calibrate,
-            "calibration_set": "initial" if self.config.ablation.calibration == "initial_polysemous" else "refined",
-        }
-        if self.config.loss.inter_tau is not None:
-            overrides["tau"] = self.config.loss.inter_tau
-        return EvidentialRetrievalLoss.from_preset(name, **kwargs, **overrides)
-
-    def _intra_loss(self) -> IntraVideoEvidentialLoss:
-        name, kwargs = self._preset_args()
-        loss = IntraVideoEvidentialLoss.from_preset(name, assignment=self.config.ablation.assignment, **kwargs)
-        if self.config.loss.intra_tau is None:
-            return loss
-        return IntraVideoEvidentialLoss(loss.fot, self.config.loss.intra_tau, loss.tanh_scaling, loss.assignment)
+        self.method = config.ablation.method
+        self.criterion = build_criterion(config)
+        self.dab: DABObjective | None = DABObjective(hidden_size, config.dab) if self.method == "dab" else None
 
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """The query identifier of L_inter (built from the same settings when L_inter is off).
 
         Used at evaluation time to identify query types on validation/test similarities.
         """
-        loss = self.inter if self.inter is not None else self._inter_loss(calibrate=True)
-        return loss.identifier
+        if self.criterion.inter is not None:
+            return self.criterion.inter.identifier()
+        preset, dataset = _preset(self.config)
+        overrides: dict[str, object] = {"fusion": self.config.ablation.fusion}
+        if self.config.loss.inter_tau is not None:
+            overrides["tau"] = self.config.loss.inter_tau
+        return EvidentialRetrievalLoss.from_preset(preset, dataset, **overrides).identifier()
 
-    # --- schedule ---------------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based)."""
-        self.epoch = int(epoch)
-        self.base.use_hard_negatives = self.epoch >= self.config.schedule.hard_negative_epoch
+        self.criterion.set_epoch(int(epoch))
 
     @property
     def stage(self) -> int:
         """1 in the warm-up stage (no calibration, no L_intra), 2 afterwards."""
-        return 1 if self.epoch < self.config.schedule.warmup_stage_epochs else 2
+        return self.criterion.stage
 
-    # --- loss -------------------------------------------------------------------------------------
+    @property
+    def hard_negatives(self) -> bool:
+        """Whether the triplet losses of the current epoch draw hard negatives."""
+        return self.criterion.hard_negatives
+
     def forward(self, output, batch, max_queries: int | None = None) -> ObjectiveTerms:
         """Loss of one training batch.
 
@@ -174,44 +174,20 @@ class HolmesObjective(nn.Module):
             Most captions of one video in the batch, computed on the host before the batch moved to
             the device (saves the intra-video batching a device synchronisation).
         """
-        weights = self.config.loss
-        query_video = batch.query_video
-        base = self.base(
-            output.clip_sim,
-            output.frame_sim,
-            output.query,
-            query_video,
-            clip_logits=getattr(output, "clip_logits", None),
-            frame_logits=getattr(output, "frame_logits", None),
+        intra = self.criterion.intra is not None
+        details = self.criterion(
+            output.frame_sim, output.clip_sim, batch.query_video, query_emb=output.query,
+            clip_emb=output.videos.clip if intra else None, frame_logits=output.frame_logits,
+            clip_logits=output.clip_logits, clip_mask=batch.clip_mask if intra else None, max_queries=max_queries,
+            return_details=True,
         )
-        zero = base.total.new_zeros(())
-        inter = intra = pac = zero
-        query_type = None
-        if self.method == "holmes":
-            inter, query_type = self._inter_term(output, query_video)
-            if self.intra is not None and self.stage == 2:
-                intra = self._intra_term(output, batch, max_queries)
-        elif self.method == "dab":
+        assert isinstance(details, HolmesLossDetails)
+        pac = details.loss.new_zeros(())
+        if self.dab is not None:
             pac = self.dab(output, batch)
-        total = base.total + weights.inter * inter + weights.intra * intra + self.config.dab.weight * pac
-        return ObjectiveTerms(total=total, base=base.total, inter=inter, intra=intra, pac=pac, stage=self.stage,
-                              query_type=query_type)
-
-    def _inter_term(self, output, query_video: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loss = self.inter if self.stage == 2 else self.inter_warmup
-        details = loss(output.frame_sim, output.clip_sim, query_video, return_details=True)
-        ablation = self.config.ablation
-        terms = []
-        if ablation.inter_branches in ("both", "frame"):
-            terms.append(details.frame_loss)
-        if ablation.inter_branches in ("both", "clip"):
-            terms.append(details.clip_loss)
-        if ablation.aggregation:
-            terms.append(details.fused_loss)
-        return torch.stack(terms).sum(), details.identification.query_type
-
-    def _intra_term(self, output, batch, max_queries: int | None) -> torch.Tensor:
-        packed = build_intra_video_batch(
-            output.query, batch.query_video, output.videos.clip, batch.clip_mask, max_queries=max_queries
-        )
-        return self.intra(packed.sim, packed.query_mask, packed.clip_mask)
+        query_type = None
+        if details.inter_details is not None and details.inter_details.identification is not None:
+            query_type = details.inter_details.identification.query_type
+        total = details.loss + self.config.dab.weight * pac
+        return ObjectiveTerms(total=total, base=details.base, inter=details.inter, intra=details.intra, pac=pac,
+                              stage=details.stage, query_type=query_type)

@@ -185,7 +185,7 @@ def test_hard_negatives_and_stage_follow_the_schedule():
     seen = []
     for epoch in range(4):
         objective.set_epoch(epoch)
-        seen.append((objective.stage, objective.base.use_hard_negatives))
+        seen.append((objective.stage, objective.hard_negatives))
     assert seen == [(1, False), (1, False), (2, False), (2, True)]
 
 

@@ -14,13 +14,13 @@ from torch import nn
 
 from evidential_prvr._checks import check_positive_int, check_tensor
 from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, check_token_mask, masked_mean
-from evidential_prvr.probabilistic.dab import (
+from evidential_prvr.probabilistic._dab import (
     DistributionBridge,
     GaussianEmbeddingHead,
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
 )
-from evidential_prvr.functional.gaussian import DiagonalGaussian, pairwise_gaussian_kl
+from evidential_prvr.functional._gaussian import DiagonalGaussian, pairwise_gaussian_kl
 
 __all__ = ["DABAlignment", "DABAlignmentOutput", "DABGaussians"]
 

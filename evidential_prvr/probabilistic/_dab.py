@@ -21,13 +21,13 @@ from evidential_prvr.probabilistic._common import (
     masked_mean,
     to_module_dtype,
 )
-from evidential_prvr.functional.dab import (
+from evidential_prvr.functional._dab import (
     bridge_step_sizes,
     combine_video_log_variances,
     pac_loss,
     sinusoidal_time_embedding,
 )
-from evidential_prvr.functional.gaussian import DiagonalGaussian, _check_gaussian
+from evidential_prvr.functional._gaussian import DiagonalGaussian, _check_gaussian
 
 __all__ = [
     "GaussianEmbeddingHead",

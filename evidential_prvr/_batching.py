@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from evidential_prvr._checks import check_positive_int, check_tensor
+from evidential_prvr._checks import as_mask, check_finite, check_positive_int, check_same_device, check_tensor, should_validate
 
 __all__ = ["IntraVideoBatch", "build_intra_video_batch"]
 
@@ -54,6 +54,7 @@ def build_intra_video_batch(
     *,
     cosine: bool = True,
     max_queries: int | None = None,
+    validate_args: bool | None = None,
 ) -> IntraVideoBatch:
     """Build the padded ``[V, Mq, Mc]`` intra-video similarity batch from a flat training batch.
 
@@ -81,11 +82,22 @@ def build_intra_video_batch(
     max_queries : int, optional
         ``Mq``. By default the largest number of queries of a video in the batch (one host sync to
         read it); pass it to avoid the sync. Must be at least that number.
+    validate_args : bool, optional
+        Value checks (finite embeddings, video indices in range, 0/1 mask); host synchronisations.
 
     Returns
     -------
     IntraVideoBatch
         Similarities, masks, slot-to-query index and the regrouped query embeddings.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr import build_intra_video_batch
+    >>> query_video = torch.tensor([0, 1, 0, 2, 0])  # five captions of three videos
+    >>> batch = build_intra_video_batch(torch.randn(5, 16), query_video, torch.randn(3, 32, 16))
+    >>> batch.sim.shape, batch.query_mask.sum(dim=1)
+    (torch.Size([3, 3, 32]), tensor([3, 1, 1]))
     """
     check_tensor(query_emb, "query_emb", ndim=2, floating=True)
     check_tensor(clip_emb, "clip_emb", ndim=3, floating=True)
@@ -102,24 +114,27 @@ def build_intra_video_batch(
         raise ValueError(
             f"query_video must have shape ({n_queries},) to match query_emb, got {tuple(query_video.shape)}"
         )
-    if n_queries and bool(((query_video < 0) | (query_video >= n_videos)).any()):
-        raise ValueError(f"query_video must hold video indices in [0, {n_videos - 1}]")
+    check_same_device(query_emb=query_emb, query_video=query_video, clip_emb=clip_emb)
+    validate = should_validate(validate_args)
+    if validate:
+        check_finite(query_emb, "query_emb")
+        check_finite(clip_emb, "clip_emb")
+        if n_queries and bool(((query_video < 0) | (query_video >= n_videos)).any()):
+            raise ValueError(f"query_video must hold video indices in [0, {n_videos - 1}], got values in "
+                             f"[{int(query_video.min())}, {int(query_video.max())}]")
     if clip_mask is None:
         cmask = torch.ones(n_videos, n_clips, dtype=torch.bool, device=clip_emb.device)
     else:
-        check_tensor(clip_mask, "clip_mask", ndim=2)
-        if tuple(clip_mask.shape) != (n_videos, n_clips):
-            raise ValueError(f"clip_mask must have shape {(n_videos, n_clips)}, got {tuple(clip_mask.shape)}")
-        cmask = clip_mask if clip_mask.dtype == torch.bool else clip_mask != 0
+        cmask = as_mask(clip_mask, "clip_mask", (n_videos, n_clips), clip_emb.device, validate=validate)
 
     device = query_emb.device
     video = query_video.to(device=device, dtype=torch.long)
-    counts = torch.bincount(video, minlength=n_videos)
+    counts = torch.zeros(n_videos, dtype=torch.long, device=device).scatter_add_(0, video, torch.ones_like(video))
     if max_queries is None:
         max_queries = max(int(counts.max()) if n_queries else 0, 1)
     else:
         check_positive_int(max_queries, "max_queries")
-        if n_queries and bool((counts > max_queries).any()):
+        if validate and n_queries and bool((counts > max_queries).any()):
             raise ValueError(f"max_queries={max_queries} is smaller than the largest number of queries of a video")
 
     # rank of each query within its video: stable sort by video, minus the video's first position
@@ -140,6 +155,6 @@ def build_intra_video_batch(
     q = F.normalize(queries, dim=-1) if cosine else queries
     c = F.normalize(clip_emb, dim=-1) if cosine else clip_emb
     sim = torch.bmm(q, c.transpose(1, 2))
-    valid = query_mask.unsqueeze(2) & cmask.to(device).unsqueeze(1)
+    valid = query_mask.unsqueeze(2) & cmask.unsqueeze(1)
     sim = torch.where(valid, sim, torch.zeros((), dtype=sim.dtype, device=sim.device))
-    return IntraVideoBatch(sim, query_mask, cmask.to(device), query_index, queries)
+    return IntraVideoBatch(sim, query_mask, cmask, query_index, queries)

@@ -8,16 +8,18 @@ Two numerically different but mathematically identical iteration schemes are off
 
 * ``"log"``: the potentials are updated with ``logsumexp`` over the whole ``[B, n, m]`` tensor
   (stable for any :math:`\\varepsilon` and similarity range);
-* ``"kernel"``: scaling vectors :math:`u = a / K\\tilde v`, :math:`v = b / K^\\top u` on the kernel
-  :math:`K = e^{C - \\max C}` (computed once; :math:`C = S/\\varepsilon`), with
+* ``"scaling"``: Sinkhorn-Knopp matrix scaling, :math:`u = a / K\\tilde v`, :math:`v = b / K^\\top u` on
+  the Gibbs matrix :math:`K = e^{C - \\max C}` (computed once; :math:`C = S/\\varepsilon`), with
   :math:`\\tilde v = v / \\max v`, so that an iteration costs two batched products and no
   exponential. Every entry of :math:`K` lies in :math:`[e^{-R}, 1]` with
   :math:`R = \\max C - \\min C` over the valid entries, hence :math:`K\\tilde v \\in [e^{-R}, m]`
   and :math:`u, v` stay within :math:`e^{\\pm R}` times ratios of the marginals: nothing
-  overflows or vanishes as long as :math:`R` is below :func:`kernel_range_bound` of the dtype.
+  overflows or vanishes as long as :math:`R` is below :func:`scaling_range_bound` of the dtype.
 
-``method="auto"`` picks ``"kernel"`` when that bound holds for every problem of the batch (one
-host synchronisation before the loop, none inside it) and ``"log"`` otherwise.
+``method="auto"`` picks ``"scaling"`` when that bound holds for every problem of the batch and
+``"log"`` otherwise. Deciding needs the range of the scores: one host synchronisation before the
+loop (none inside it), or none at all when the caller knows a bound (:func:`flexible_ot` with
+min-max normalised similarities does) or when validation is off (then ``"auto"`` means ``"log"``).
 """
 
 from __future__ import annotations
@@ -30,37 +32,32 @@ from evidential_prvr._checks import (
     check_choice,
     check_positive,
     check_positive_int,
+    check_same_device,
     check_tensor,
     compute_dtype,
+    should_validate,
 )
 
-__all__ = [
-    "SINKHORN_METHODS",
-    "SINKHORN_GRADS",
-    "kernel_range_bound",
-    "select_sinkhorn_method",
-    "sinkhorn",
-    "sinkhorn_unchecked",
-]
+__all__ = ["SINKHORN_METHODS", "SINKHORN_GRADS", "scaling_range_bound", "select_sinkhorn_method", "sinkhorn"]
 
-SINKHORN_METHODS = ("auto", "log", "kernel")
+SINKHORN_METHODS = ("auto", "log", "scaling")
 """Iteration schemes of :func:`sinkhorn`."""
 
 SINKHORN_GRADS = ("detach", "autodiff")
 """Gradient modes of :func:`sinkhorn`: stop-gradient plan, or backpropagation through the iterations."""
 
-_KERNEL_SAFETY = 0.7
+_SCALING_SAFETY = 0.7
 
 
-def kernel_range_bound(dtype: torch.dtype) -> float:
-    """Largest range :math:`\\max C - \\min C` of ``scores / epsilon`` the kernel path accepts.
+def scaling_range_bound(dtype: torch.dtype) -> float:
+    """Largest range :math:`\\max C - \\min C` of ``scores / epsilon`` the ``"scaling"`` path accepts.
 
     It is 70% of :math:`-\\log(\\text{smallest normal})` of ``dtype``: about 61.1 in float32 and
-    496 in float64. Within it every kernel entry :math:`e^{C - \\max C}` is a normal number, and the
+    496 in float64. Within it every Gibbs-matrix entry :math:`e^{C - \\max C}` is a normal number, and the
     remaining 30% (about 26 in float32) leaves room for :math:`\\log` of the sizes and marginal ratios
     that the scaling vectors also carry, so they stay finite and non-zero.
     """
-    return _KERNEL_SAFETY * -math.log(torch.finfo(dtype).tiny)
+    return _SCALING_SAFETY * -math.log(torch.finfo(dtype).tiny)
 
 
 def _fill_invalid(
@@ -79,12 +76,21 @@ def _fill_invalid(
 def select_sinkhorn_method(
     scores: torch.Tensor, epsilon: float, a: torch.Tensor | None = None, b: torch.Tensor | None = None
 ) -> str:
-    """The iteration scheme ``method="auto"`` uses for this batch: ``"kernel"`` or ``"log"``.
+    """The iteration scheme ``method="auto"`` uses for this batch: ``"scaling"`` or ``"log"``.
 
-    ``"kernel"`` is returned when, for every problem of the batch, the range of ``scores / epsilon``
+    ``"scaling"`` is returned when, for every problem of the batch, the range of ``scores / epsilon``
     over its valid entries (rows with ``a > 0``, columns with ``b > 0``; all entries when ``a``/``b``
-    are omitted) is at most :func:`kernel_range_bound` of the compute dtype. This costs one host
+    are omitted) is at most :func:`scaling_range_bound` of the compute dtype. This costs one host
     synchronisation.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import select_sinkhorn_method
+    >>> select_sinkhorn_method(torch.rand(4, 3, 5), epsilon=0.1)
+    'scaling'
+    >>> select_sinkhorn_method(torch.rand(4, 3, 5), epsilon=1e-3)
+    'log'
     """
     check_tensor(scores, "scores", ndim=3, floating=True)
     check_positive(epsilon, "epsilon")
@@ -97,14 +103,17 @@ def select_sinkhorn_method(
         valid = valid & (b > 0).unsqueeze(1)
     _, low, high = _fill_invalid(x, valid)
     spread = float((high - low).max()) / epsilon if x.shape[0] else 0.0
-    return "kernel" if spread <= kernel_range_bound(dtype) else "log"
+    return "scaling" if spread <= scaling_range_bound(dtype) else "log"
 
 
-def _check_marginal(x: object, name: str, batch: int, size: int) -> None:
+def _check_marginal(x: object, name: str, batch: int, size: int, device: torch.device, validate: bool) -> None:
     check_tensor(x, name, ndim=2, floating=True)
+    assert isinstance(x, torch.Tensor)
     if tuple(x.shape) != (batch, size):
         raise ValueError(f"{name} must have shape {(batch, size)} to match scores, got {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()) or bool((x < 0).any()):
+    if x.device != device:
+        raise ValueError(f"scores and {name} must be on the same device, got {device} and {x.device}")
+    if validate and (not bool(torch.isfinite(x).all()) or bool((x < 0).any())):
         raise ValueError(f"{name} must be finite and non-negative (0 marks a masked entry)")
 
 
@@ -118,6 +127,8 @@ def sinkhorn(
     method: str = "auto",
     grad: str = "autodiff",
     check_every: int = 10,
+    *,
+    validate_args: bool | None = None,
 ) -> torch.Tensor:
     """Entropic optimal transport plans of a batch of masked problems (Holmes Eq. 19, 28-34).
 
@@ -162,28 +173,47 @@ def sinkhorn(
         If given, stop early once the largest L1 violation of the row marginals over the batch is
         ``<= tol``. It is checked every ``check_every`` iterations only, so the loop synchronises
         with the host once per ``check_every`` iterations; with ``None`` it never does.
-    method : {"auto", "log", "kernel"}
-        Iteration scheme (see the module documentation); ``"auto"`` picks ``"kernel"`` where it is
-        provably safe (:func:`select_sinkhorn_method`). Forcing ``"kernel"`` beyond the safe range
-        raises ``ValueError``.
+    method : {"auto", "log", "scaling"}
+        Iteration scheme (see the module documentation); ``"auto"`` picks ``"scaling"`` where it is
+        provably safe (:func:`select_sinkhorn_method`; ``"log"`` when validation is off). Forcing
+        ``"scaling"`` beyond the safe range raises ``ValueError`` (checked only with validation on).
     grad : {"autodiff", "detach"}
         ``"autodiff"`` backpropagates through the iterations to ``scores``; ``"detach"`` returns a
         plan without gradient (a stop-gradient target). The marginals never receive gradients.
     check_every : int
         Iterations between two convergence checks when ``tol`` is given.
+    validate_args : bool, optional
+        Check the marginals (finite, non-negative, balanced) and the scores (finite at valid
+        entries); host synchronisations. ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------
     torch.Tensor
         The plan ``[B, n, m]`` in the compute dtype (float16/bfloat16 are computed in float32).
         Entries in masked rows or columns are exactly 0.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import sinkhorn
+    >>> scores = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    >>> plan = sinkhorn(scores, torch.full((1, 2), 0.5), torch.full((1, 2), 0.5), epsilon=0.1)
+    >>> plan.round(decimals=3)  # almost all mass on the diagonal at this small epsilon
+    tensor([[[0.5000, 0.0000],
+             [0.0000, 0.5000]]])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 19 and App. B.5; Cuturi, "Sinkhorn Distances: Lightspeed Computation of
+    Optimal Transport", NeurIPS 2013; Peyré and Cuturi, "Computational Optimal Transport", 2019, §4.4.
     """
     check_tensor(scores, "scores", ndim=3, floating=True)
     batch, n, m = scores.shape
     if n < 1 or m < 1:
         raise ValueError(f"scores must have at least one row and one column, got shape {tuple(scores.shape)}")
-    _check_marginal(a, "a", batch, n)
-    _check_marginal(b, "b", batch, m)
+    validate = should_validate(validate_args)
+    _check_marginal(a, "a", batch, n, scores.device, validate)
+    _check_marginal(b, "b", batch, m, scores.device, validate)
     check_positive(epsilon, "epsilon")
     check_positive_int(n_iters, "n_iters")
     if tol is not None:
@@ -191,22 +221,22 @@ def sinkhorn(
     check_positive_int(check_every, "check_every")
     check_choice(method, "method", SINKHORN_METHODS)
     check_choice(grad, "grad", SINKHORN_GRADS)
+    if validate:
+        dtype = compute_dtype(scores)
+        mass_tol = max(1e-5, 8 * torch.finfo(a.dtype).eps, 8 * torch.finfo(b.dtype).eps)
+        row_valid, col_valid = a > 0, b > 0
+        solvable = row_valid.any(dim=1) & col_valid.any(dim=1)
+        mass_a, mass_b = a.detach().to(dtype).sum(dim=1), b.detach().to(dtype).sum(dim=1)
+        mismatch = (mass_a - mass_b).abs() > mass_tol * torch.maximum(mass_a, mass_b)
+        if bool((mismatch & solvable).any()):
+            raise ValueError("a and b must have the same total mass in every problem (balanced transport)")
+        valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
+        if not bool(torch.isfinite(torch.where(valid, scores.detach(), 0.0)).all()):
+            raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")
+    return _sinkhorn(scores, a, b, epsilon, n_iters, tol, method, grad, check_every, validate=validate)
 
-    dtype = compute_dtype(scores)
-    mass_tol = max(1e-5, 8 * torch.finfo(a.dtype).eps, 8 * torch.finfo(b.dtype).eps)
-    row_valid, col_valid = a > 0, b > 0
-    solvable = row_valid.any(dim=1) & col_valid.any(dim=1)
-    mass_a, mass_b = a.detach().to(dtype).sum(dim=1), b.detach().to(dtype).sum(dim=1)
-    mismatch = (mass_a - mass_b).abs() > mass_tol * torch.maximum(mass_a, mass_b)
-    if bool((mismatch & solvable).any()):
-        raise ValueError("a and b must have the same total mass in every problem (balanced transport)")
-    valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
-    if not bool(torch.isfinite(torch.where(valid, scores.detach(), 0.0)).all()):
-        raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")
-    return sinkhorn_unchecked(scores, a, b, epsilon, n_iters, tol, method, grad, check_every)
 
-
-def sinkhorn_unchecked(
+def _sinkhorn(
     scores: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -216,8 +246,18 @@ def sinkhorn_unchecked(
     method: str,
     grad: str,
     check_every: int = 10,
+    *,
+    validate: bool = True,
+    score_range: float | None = None,
 ) -> torch.Tensor:
-    """:func:`sinkhorn` without argument validation, for callers that build valid problems themselves."""
+    """:func:`sinkhorn` without argument validation, for callers that build valid problems themselves.
+
+    ``score_range``: an upper bound on the range of ``scores`` over valid entries known to the caller
+    (e.g. 1 for min-max normalised similarities); with it ``method="auto"`` decides without looking at
+    the data. Otherwise ``"auto"`` reads the range (one host synchronisation) when ``validate`` is
+    true and takes ``"log"`` when it is false. ``validate`` also enables the safety check of a forced
+    ``"scaling"``.
+    """
     batch, n, m = scores.shape
     dtype = compute_dtype(scores)
     a = a.detach().to(dtype)
@@ -232,23 +272,29 @@ def sinkhorn_unchecked(
     b = torch.where(solvable.unsqueeze(1), b, torch.full_like(b, 1.0 / m))
     valid = valid | ~solvable.view(batch, 1, 1)
 
+    bound = scaling_range_bound(dtype)
     with torch.set_grad_enabled(grad == "autodiff" and torch.is_grad_enabled()):
         x = valid_scores if grad == "autodiff" else valid_scores.detach()
-        log_kernel, low, high = _fill_invalid(x / epsilon, valid, maybe_empty=False)
-        spread = float((high - low).detach().max())  # the one host sync before the loop
+        log_gibbs, low, high = _fill_invalid(x / epsilon, valid, maybe_empty=False)
         if method == "auto":
-            method = "kernel" if spread <= kernel_range_bound(dtype) else "log"
-        elif method == "kernel" and spread > kernel_range_bound(dtype):
+            if score_range is not None:
+                method = "scaling" if score_range / epsilon <= bound else "log"
+            elif validate:
+                spread = float((high - low).detach().max())  # the one host sync before the loop
+                method = "scaling" if spread <= bound else "log"
+            else:
+                method = "log"
+        elif method == "scaling" and validate and float((high - low).detach().max()) > bound:
             raise ValueError(
-                "method='kernel' is unsafe here: the range of scores/epsilon over valid entries exceeds "
-                f"{kernel_range_bound(dtype):.1f} for {dtype}; use method='log' or 'auto'"
+                "method='scaling' is unsafe here: the range of scores/epsilon over valid entries exceeds "
+                f"{bound:.1f} for {dtype}; use method='log' or 'auto'"
             )
-        plan = _iterate(log_kernel, high.detach(), a, b, n_iters, tol, method, check_every)
+        plan = _iterate(log_gibbs, high.detach(), a, b, n_iters, tol, method, check_every)
         return torch.where(valid & solvable.view(batch, 1, 1), plan, torch.zeros_like(plan))
 
 
 def _iterate(
-    log_kernel: torch.Tensor,
+    log_gibbs: torch.Tensor,
     shift: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
@@ -257,10 +303,10 @@ def _iterate(
     method: str,
     check_every: int,
 ) -> torch.Tensor:
-    """Run the Sinkhorn loop on ``C = log_kernel`` (row updates first) and return the plan."""
-    if method == "kernel":
-        return _iterate_kernel(torch.exp(log_kernel - shift), a, b, n_iters, tol, check_every)
-    return _iterate_log(log_kernel, a, b, n_iters, tol, check_every)
+    """Run the Sinkhorn loop on ``C = log_gibbs`` (row updates first) and return the plan."""
+    if method == "scaling":
+        return _iterate_scaling(torch.exp(log_gibbs - shift), a, b, n_iters, tol, check_every)
+    return _iterate_log(log_gibbs, a, b, n_iters, tol, check_every)
 
 
 def _converged(row_mass: torch.Tensor, a: torch.Tensor, tol: float) -> bool:
@@ -269,28 +315,28 @@ def _converged(row_mass: torch.Tensor, a: torch.Tensor, tol: float) -> bool:
 
 
 def _iterate_log(
-    log_kernel: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
+    log_gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
 ) -> torch.Tensor:
     """Log-domain iterations: every log-sum-exp runs over the full ``[B, n, m]`` tensor."""
     log_a, log_b = torch.log(a), torch.log(b)
     f = torch.zeros_like(log_a)
     g = torch.zeros_like(log_b)
     for it in range(1, n_iters + 1):
-        f = log_a - torch.logsumexp(log_kernel + g.unsqueeze(1), dim=2)
-        g = log_b - torch.logsumexp(log_kernel + f.unsqueeze(2), dim=1)
+        f = log_a - torch.logsumexp(log_gibbs + g.unsqueeze(1), dim=2)
+        g = log_b - torch.logsumexp(log_gibbs + f.unsqueeze(2), dim=1)
         if tol is not None and it % check_every == 0 and it < n_iters:
-            row_mass = torch.exp(f + torch.logsumexp(log_kernel + g.unsqueeze(1), dim=2))
+            row_mass = torch.exp(f + torch.logsumexp(log_gibbs + g.unsqueeze(1), dim=2))
             if _converged(row_mass, a, tol):
                 break
-    return torch.exp(log_kernel + f.unsqueeze(2) + g.unsqueeze(1))
+    return torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
 
 
-def _iterate_kernel(
-    kernel: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
+def _iterate_scaling(
+    gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
 ) -> torch.Tensor:
     """Scaling iterations :math:`u = a / K\\tilde v`, :math:`v = b / K^\\top u` with batched products.
 
-    ``kernel`` holds :math:`e^{C - \\max C} \\in [e^{-R}, 1]`. The column scaling is divided by its
+    ``gibbs`` holds :math:`e^{C - \\max C} \\in [e^{-R}, 1]`. The column scaling is divided by its
     maximum before each row update; the plan :math:`\\mathrm{diag}(u) K \\mathrm{diag}(v)` does not
     depend on that scale, and with it :math:`K\\tilde v \\in [e^{-R}, m]`, so :math:`u` and :math:`v`
     stay within :math:`e^{\\pm R}` times ratios of the marginals and never overflow or vanish.
@@ -301,10 +347,10 @@ def _iterate_kernel(
     v = torch.ones_like(b_row)
     u = a_col
     for it in range(1, n_iters + 1):
-        u = a_col / (kernel * (v / v.amax(dim=2, keepdim=True))).sum(dim=2, keepdim=True)
-        v = b_row / (kernel * u).sum(dim=1, keepdim=True)
+        u = a_col / (gibbs * (v / v.amax(dim=2, keepdim=True))).sum(dim=2, keepdim=True)
+        v = b_row / (gibbs * u).sum(dim=1, keepdim=True)
         if tol is not None and it % check_every == 0 and it < n_iters:
-            row_mass = u * (kernel * v).sum(dim=2, keepdim=True)
+            row_mass = u * (gibbs * v).sum(dim=2, keepdim=True)
             if _converged(row_mass.squeeze(2), a, tol):
                 break
-    return u * kernel * v
+    return u * gibbs * v

@@ -20,8 +20,8 @@ from evidential_prvr.probabilistic._common import (
     check_token_mask,
     to_module_dtype,
 )
-from evidential_prvr.functional.gaussian import DiagonalGaussian
-from evidential_prvr.functional.hud import (
+from evidential_prvr.functional._gaussian import DiagonalGaussian
+from evidential_prvr.functional._hud import (
     TOKEN_MATCHING,
     batch_classification_loss,
     biased_max_similarity,

@@ -1,0 +1,142 @@
+"""Module of flexible optimal transport with an adaptive dustbin (Holmes §3.3, Eq. 19-20): see
+:func:`evidential_prvr.functional.flexible_ot`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from evidential_prvr.functional._flexible_ot import (
+    FlexibleOTResult,
+    FOTSettings,
+    POTProblem,
+    flexible_ot,
+    flexible_ot_pot_problems,
+)
+from evidential_prvr.presets import apply_overrides, holmes_settings
+
+__all__ = ["FlexibleOT"]
+
+
+class FlexibleOT(nn.Module):
+    """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
+
+    Holds the settings of :func:`~evidential_prvr.functional.flexible_ot` (its documentation gives the
+    problem, the marginals and why the plan does not depend on the dustbin value); ``forward`` is one
+    call of it.
+
+    Parameters
+    ----------
+    epsilon : float
+        Entropic regularisation :math:`\\varepsilon > 0` (the release's ``pot_scale``).
+    n_iters : int
+        Sinkhorn iterations (maximum when ``tol`` is set).
+    dustbin_quantile : float or None
+        Quantile of the similarities that sets the dustbin value; None: no dustbin (plain OT, Eq. 19).
+    normalize : {"minmax", None}
+        Min-max normalisation of each video's similarities.
+    marginals : {"release", "uniform"}
+        Row marginals: SuperGlue-style (release) or uniform (App. B.5).
+    tol : float or None
+        Early-stopping tolerance on the row marginals (host synchronisations every 10 iterations).
+    grad : {"detach", "autodiff"}
+        Stop-gradient plan (release) or backpropagation through the iterations.
+    method : {"auto", "log", "scaling"}
+        Sinkhorn iteration scheme.
+    minmax_over : {"block", "valid"}
+        Min and max over the whole padded block (release) or over the valid entries.
+    validate_args : bool, optional
+        Value checks of the inputs (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr import FlexibleOT
+    >>> fot = FlexibleOT.from_preset("release", dataset="tvr")
+    >>> sim = torch.rand(4, 5, 32)  # 4 videos, up to 5 captions, 32 clips
+    >>> query_mask = torch.tensor([[1, 1, 1, 0, 0], [1] * 5, [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
+    >>> result = fot(sim, query_mask)
+    >>> result.assignment.shape, bool(result.plan[0, 3:].abs().sum() == 0)
+    (torch.Size([4, 5, 32]), True)
+    """
+
+    def __init__(
+        self,
+        epsilon: float = 0.1,
+        n_iters: int = 50,
+        dustbin_quantile: float | None = 0.3,
+        normalize: str | None = "minmax",
+        marginals: str = "release",
+        tol: float | None = None,
+        grad: str = "detach",
+        method: str = "auto",
+        *,
+        minmax_over: str = "block",
+        validate_args: bool | None = None,
+    ) -> None:
+        super().__init__()
+        settings = FOTSettings(epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, grad,
+                               method)  # validates
+        self.epsilon = float(settings.epsilon)
+        self.n_iters = settings.n_iters
+        self.dustbin_quantile = None if dustbin_quantile is None else float(dustbin_quantile)
+        self.normalize = normalize
+        self.minmax_over = minmax_over
+        self.marginals = marginals
+        self.tol = None if tol is None else float(tol)
+        self.grad = grad
+        self.method = method
+        self.validate_args = validate_args
+
+    @classmethod
+    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> FlexibleOT:
+        """The release's or the paper's transport (:func:`evidential_prvr.presets.holmes_settings`).
+
+        ``"release"``: ε = 0.1, 50 iterations, dustbin at the 0.3 quantile, min-max normalisation over
+        the padded block, SuperGlue-style marginals, stop-gradient plan (the same for every data set).
+        ``"paper"`` (our reading of §3.3 and App. B.5): the raw similarities (the paper mentions no
+        normalisation), the dustbin at the bottom 30%, uniform marginals (App. B.5), 50 iterations,
+        ε = 0.1 (not given in the paper; the release value), stop-gradient plan (a label, Eq. 17).
+        ``dataset`` is accepted for both (the values do not depend on it).
+        """
+        t = holmes_settings(preset, dataset).transport
+        kwargs = dict(epsilon=t.epsilon, n_iters=t.n_iters, dustbin_quantile=t.dustbin_quantile,
+                      normalize=t.normalize, marginals=t.marginals, tol=None, grad=t.grad, method="auto",
+                      minmax_over=t.minmax_over, validate_args=None)
+        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+
+    def settings(self) -> dict[str, object]:
+        """The transport keyword arguments of :func:`~evidential_prvr.functional.flexible_ot`."""
+        return dict(epsilon=self.epsilon, n_iters=self.n_iters, dustbin_quantile=self.dustbin_quantile,
+                    normalize=self.normalize, minmax_over=self.minmax_over, marginals=self.marginals, tol=self.tol,
+                    grad=self.grad, method=self.method)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
+
+    def without_dustbin(self) -> FlexibleOT:
+        """The same transport with the dustbin disabled (plain OT, Holmes Eq. 19)."""
+        return FlexibleOT(self.epsilon, self.n_iters, None, self.normalize, self.marginals, self.tol, self.grad,
+                          self.method, minmax_over=self.minmax_over, validate_args=self.validate_args)
+
+    def forward(
+        self,
+        sim: torch.Tensor,
+        query_mask: torch.Tensor | None = None,
+        clip_mask: torch.Tensor | None = None,
+        return_dustbin_value: bool = False,
+    ) -> FlexibleOTResult:
+        """Solve the flexible transport of every video of ``sim [B, Mq, Mc]`` with the masks
+        ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]`` (see :func:`~evidential_prvr.functional.flexible_ot`)."""
+        return flexible_ot(sim, query_mask, clip_mask, **self.settings(), return_dustbin_value=return_dustbin_value,
+                           validate_args=self.validate_args)
+
+    def pot_problem(
+        self, sim: torch.Tensor, query_mask: torch.Tensor | None = None, clip_mask: torch.Tensor | None = None
+    ) -> list[POTProblem]:
+        """Per video, the problem POT's ``ot.sinkhorn`` solves to the same plan (a verification aid,
+        see :func:`~evidential_prvr.functional.flexible_ot_pot_problems`)."""
+        return flexible_ot_pot_problems(sim, query_mask, clip_mask, epsilon=self.epsilon, n_iters=self.n_iters,
+                                        dustbin_quantile=self.dustbin_quantile, normalize=self.normalize,
+                                        minmax_over=self.minmax_over, marginals=self.marginals)

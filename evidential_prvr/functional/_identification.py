@@ -1,0 +1,325 @@
+"""Uncertainty-guided identification of precise, polysemous and under-determined queries (Holmes §3.2).
+
+Each branch (frame scale, clip scale) partitions the queries of a batch with its epistemic uncertainty
+u, label consistency c and aleatoric uncertainty ξ (Holmes Eq. 10-12); the two partitions are then
+fused (Eq. 13-14 or one of the Table 3 alternatives). Identification is a discrete decision: it runs
+without gradients and returns detached tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import torch
+
+from evidential_prvr._checks import (
+    check_choice,
+    check_finite,
+    check_in_range,
+    check_positive,
+    check_same_device,
+    check_same_shape,
+    check_tensor,
+    compute_dtype,
+    should_validate,
+)
+from evidential_prvr.functional._evidence import (
+    TANH_SCALINGS,
+    _evidence,
+    _expected_entropy,
+    _label_consistency,
+    _opinion,
+)
+from evidential_prvr.functional._targets import MATCH_RULES, correctly_matched, normalized_target, positive_mask
+
+__all__ = [
+    "QueryType",
+    "ENTROPY_MEDIANS",
+    "FUSIONS",
+    "BranchIdentification",
+    "Identification",
+    "IdentificationSettings",
+    "identify",
+    "fuse_query_types",
+]
+
+ENTROPY_MEDIANS = ("candidates", "batch")
+"""Median rules of Holmes Eq. 12: ``"candidates"`` (paper) or ``"batch"`` (release)."""
+
+FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
+"""Partition fusion rules: Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
+
+
+class QueryType(IntEnum):
+    """Query categories, numbered by the uncertainty-dominance order of Holmes Eq. 13 (S_p ≺ S_n ≺ S_u)."""
+
+    PRECISE = 0
+    POLYSEMOUS = 1
+    UNDERDETERMINED = 2
+
+
+@dataclass
+class BranchIdentification:
+    """Identification of one branch (frame or clip scale); all tensors are detached.
+
+    Attributes
+    ----------
+    query_type : torch.Tensor
+        ``LongTensor [Q]`` of :class:`QueryType` values after the entropy refinement (Eq. 12).
+    initial_query_type : torch.Tensor
+        ``LongTensor [Q]`` before the refinement (Eq. 10): PRECISE for :math:`\\tilde S_p`,
+        POLYSEMOUS for :math:`\\tilde S_n`, UNDERDETERMINED for :math:`S_u`.
+    epistemic : torch.Tensor
+        Epistemic uncertainty u ``[Q]`` (Eq. 5).
+    consistency : torch.Tensor
+        Label consistency c ``[Q]`` (Eq. 7).
+    aleatoric : torch.Tensor
+        Aleatoric uncertainty ξ ``[Q]`` (Eq. 9).
+    correctly_matched : torch.Tensor
+        ``bool [Q]``, the set :math:`S^{tp}` of Eq. 11.
+    uncertainty_threshold : torch.Tensor
+        0-D tensor :math:`\\beta_u` (Eq. 11).
+    consistency_threshold : torch.Tensor
+        0-D tensor :math:`\\beta_p` (Eq. 11).
+    entropy_threshold : torch.Tensor
+        0-D tensor, the median of ξ used by Eq. 12 (NaN under ``"candidates"`` when there is no candidate).
+    """
+
+    query_type: torch.Tensor
+    initial_query_type: torch.Tensor
+    epistemic: torch.Tensor
+    consistency: torch.Tensor
+    aleatoric: torch.Tensor
+    correctly_matched: torch.Tensor
+    uncertainty_threshold: torch.Tensor
+    consistency_threshold: torch.Tensor
+    entropy_threshold: torch.Tensor
+
+
+@dataclass
+class Identification:
+    """Fused identification of a batch of queries.
+
+    Attributes
+    ----------
+    query_type : torch.Tensor
+        ``LongTensor [Q]``, fused :class:`QueryType` (Eq. 14 or the chosen fusion rule).
+    initial_query_type : torch.Tensor
+        ``LongTensor [Q]``, the branches' initial types (Eq. 10) fused with the same rule; its
+        POLYSEMOUS entries form the fused :math:`\\tilde S_n` used by ``calibration_set="initial"``.
+    frame : BranchIdentification
+        Frame-scale branch.
+    clip : BranchIdentification
+        Clip-scale branch.
+    """
+
+    query_type: torch.Tensor
+    initial_query_type: torch.Tensor
+    frame: BranchIdentification
+    clip: BranchIdentification
+
+
+@dataclass(frozen=True)
+class IdentificationSettings:
+    """The hyperparameters of :func:`identify`, validated once (see its parameters)."""
+
+    beta: float = 0.3
+    tau: float = 0.1
+    tanh_scaling: str = "inside"
+    entropy_median: str = "candidates"
+    matched: str = "any_positive"
+    fusion: str = "uncertainty_dominant"
+
+    def __post_init__(self) -> None:
+        check_in_range(self.beta, "beta", 0.0, 1.0)
+        check_positive(self.tau, "tau")
+        check_choice(self.tanh_scaling, "tanh_scaling", TANH_SCALINGS)
+        check_choice(self.entropy_median, "entropy_median", ENTROPY_MEDIANS)
+        check_choice(self.matched, "matched", MATCH_RULES)
+        check_choice(self.fusion, "fusion", FUSIONS)
+
+
+def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: str) -> torch.Tensor:
+    """Fuse two per-branch type tensors (Holmes Eq. 13-14 and Table 3 rows 5-7).
+
+    ``"uncertainty_dominant"`` keeps the type higher in the order PRECISE ≺ POLYSEMOUS ≺ UNDERDETERMINED
+    (elementwise max, Eq. 14); ``"confidence_dominant"`` keeps the lower one (min); ``"frame"`` and
+    ``"clip"`` trust one branch.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import fuse_query_types
+    >>> fuse_query_types(torch.tensor([0, 1, 2]), torch.tensor([1, 0, 0]), "uncertainty_dominant")
+    tensor([1, 1, 2])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 13-14 and Table 3.
+    """
+    check_choice(fusion, "fusion", FUSIONS)
+    if fusion == "uncertainty_dominant":
+        return torch.maximum(frame_type, clip_type)
+    if fusion == "confidence_dominant":
+        return torch.minimum(frame_type, clip_type)
+    return frame_type.clone() if fusion == "frame" else clip_type.clone()
+
+
+def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, validate: bool) -> torch.Tensor:
+    """Validate ``frame_sim [Q, V]``, ``clip_sim [Q, V]`` and their positives; return the positive mask."""
+    check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
+    check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
+    assert isinstance(frame_sim, torch.Tensor) and isinstance(clip_sim, torch.Tensor)
+    check_same_shape(frame_sim, clip_sim, "frame_sim", "clip_sim")
+    if frame_sim.shape[0] == 0 or frame_sim.shape[1] == 0:
+        raise ValueError(f"frame_sim must hold at least one query and one video, got shape {tuple(frame_sim.shape)}")
+    check_tensor(query_video, "query_video")
+    assert isinstance(query_video, torch.Tensor)
+    check_same_device(frame_sim=frame_sim, clip_sim=clip_sim, query_video=query_video)
+    if validate:
+        check_finite(frame_sim, "frame_sim")
+        check_finite(clip_sim, "clip_sim")
+    return positive_mask(query_video, frame_sim.shape[1], frame_sim.shape[0], validate=validate)
+
+
+def identify(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    beta: float = 0.3,
+    tau: float = 0.1,
+    tanh_scaling: str = "inside",
+    entropy_median: str = "candidates",
+    matched: str = "any_positive",
+    fusion: str = "uncertainty_dominant",
+    validate_args: bool | None = None,
+) -> Identification:
+    """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
+
+    Per branch, with :math:`\\alpha = e + 1` from the evidence of Eq. 3:
+
+    .. math::
+
+        \\beta_u = \\min(u^{tp}, 1-\\beta), \\qquad \\beta_p = \\max(\\beta, c^{tp}),
+
+    with :math:`u^{tp} = \\max_{i\\in S^{tp}} u_i`, :math:`c^{tp} = \\min_{i\\in S^{tp}} c_i` over the
+    correctly matched queries :math:`S^{tp}`; if :math:`S^{tp}=\\emptyset` then
+    :math:`\\beta_u = 1-\\beta`, :math:`\\beta_p = \\beta`. A query is under-determined if
+    :math:`u > \\beta_u`; otherwise a *candidate* precise query if :math:`c \\ge \\beta_p` and
+    polysemous if not (Eq. 10). Candidates are refined by ξ (Eq. 12):
+
+    * ``entropy_median="candidates"`` (paper): a candidate stays precise iff ξ is strictly below the
+      median (NumPy semantics: mean of the two middle values) of ξ over the candidates;
+    * ``entropy_median="batch"`` (official release): a candidate becomes polysemous iff ξ is strictly
+      above the lower median (``torch.median``) of ξ over the whole batch.
+
+    The two branch types are fused by ``fusion`` (:func:`fuse_query_types`).
+
+    Parameters
+    ----------
+    frame_sim, clip_sim : torch.Tensor
+        Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
+    query_video : torch.Tensor
+        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
+    beta : float
+        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+    tau : float
+        Evidence temperature of Eq. 3 (> 0).
+    tanh_scaling : {"inside", "outside"}
+        Evidence form, see :func:`evidence`.
+    entropy_median : {"candidates", "batch"}
+        Median rule of Eq. 12, see above.
+    matched : {"any_positive", "argmax"}
+        The correctly matched set of Eq. 11, see :func:`correctly_matched` (release: ``"argmax"``).
+    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+        Partition fusion rule.
+    validate_args : bool, optional
+        Check values (finite scores, valid positives); host synchronisations.
+
+    Returns
+    -------
+    Identification
+        Fused types and both branches' statistics, detached.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import identify
+    >>> sim = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.5, 0.4], [0.0, 0.1, 0.05]])
+    >>> identify(sim, sim, torch.tensor([0, 1, 2])).query_type  # precise, polysemous, under-determined
+    tensor([0, 1, 2])
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 10-14.
+    """
+    settings = IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)
+    mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
+    dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
+    with torch.no_grad():
+        f = frame_sim.detach().to(dtype)
+        c = clip_sim.detach().to(dtype)
+        alpha_f = _evidence(f, settings.tau, settings.tanh_scaling) + 1.0
+        alpha_c = _evidence(c, settings.tau, settings.tanh_scaling) + 1.0
+        return _identify(alpha_f, alpha_c, f, c, mask, settings)
+
+
+def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
+    """NumPy median of ``values[member]`` without a host sync (NaN when ``member`` is empty)."""
+    count = member.sum()
+    ordered = values.masked_fill(~member, float("inf")).sort().values
+    last = values.shape[0] - 1
+    low = ((count - 1).clamp_min(0) // 2).clamp_max(last)
+    high = (count // 2).clamp_max(last)
+    median = 0.5 * (ordered[low] + ordered[high])
+    return torch.where(count > 0, median, torch.full_like(median, float("nan")))
+
+
+def _identify_branch(
+    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, settings: IdentificationSettings
+) -> BranchIdentification:
+    """Holmes Eq. 10-12 for one branch on validated, detached tensors of one dtype."""
+    beta = settings.beta
+    u = _opinion(alpha).uncertainty
+    c = _label_consistency(sim, label)
+    xi = _expected_entropy(alpha)
+    matched = correctly_matched(sim, mask, settings.matched)
+    any_matched = matched.any()
+    u_tp = u.masked_fill(~matched, float("-inf")).amax()
+    c_tp = c.masked_fill(~matched, float("inf")).amin()
+    beta_u = torch.where(any_matched, u_tp.clamp_max(1.0 - beta), torch.full_like(u_tp, 1.0 - beta))
+    beta_p = torch.where(any_matched, c_tp.clamp_min(beta), torch.full_like(c_tp, beta))
+    under = u > beta_u
+    candidate = ~under & (c >= beta_p)
+    if settings.entropy_median == "candidates":
+        median = _numpy_median(xi, candidate)
+        precise = candidate & (xi < median)
+    else:
+        median = xi.median()
+        precise = candidate & ~(xi > median)
+    under_code = int(QueryType.UNDERDETERMINED)
+    poly = torch.full_like(matched, int(QueryType.POLYSEMOUS), dtype=torch.long)
+    zero = torch.zeros_like(poly)
+    query_type = torch.where(under, under_code, torch.where(precise, zero, poly))
+    initial = torch.where(under, under_code, torch.where(candidate, zero, poly))
+    return BranchIdentification(query_type, initial, u, c, xi, matched, beta_u, beta_p, median)
+
+
+def _identify(
+    frame_alpha: torch.Tensor,
+    clip_alpha: torch.Tensor,
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    mask: torch.Tensor,
+    settings: IdentificationSettings,
+) -> Identification:
+    """Identification from already computed Dirichlet parameters (no validation; inputs detached here)."""
+    with torch.no_grad():
+        label = normalized_target(mask, frame_alpha.dtype)
+        frame = _identify_branch(frame_alpha.detach(), frame_sim.detach(), mask, label, settings)
+        clip = _identify_branch(clip_alpha.detach(), clip_sim.detach(), mask, label, settings)
+        fused = fuse_query_types(frame.query_type, clip.query_type, settings.fusion)
+        initial = fuse_query_types(frame.initial_query_type, clip.initial_query_type, settings.fusion)
+    return Identification(fused, initial, frame, clip)

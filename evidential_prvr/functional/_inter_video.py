@@ -1,0 +1,301 @@
+"""Inter-video evidential learning: calibrated labels (Holmes Eq. 15) and the objective L_inter (Eq. 18)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
+from evidential_prvr.functional._dempster_shafer import _ds_combine
+from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse, reduce_rows
+from evidential_prvr.functional._evidence import _evidence
+from evidential_prvr.functional._identification import (
+    Identification,
+    IdentificationSettings,
+    QueryType,
+    _identify,
+    check_score_pair,
+)
+from evidential_prvr.functional._targets import normalized_target
+
+__all__ = [
+    "CALIBRATION_SETS",
+    "INTER_TERMS",
+    "InterVideoLossDetails",
+    "calibrated_target",
+    "inter_video_loss",
+]
+
+CALIBRATION_SETS = ("refined", "initial")
+"""Which polysemous set gets calibrated labels: S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
+
+INTER_TERMS = ("frame", "clip", "fused")
+"""The three L_U terms of Holmes Eq. 18 (frame, clip and Dempster-Shafer fused opinions)."""
+
+
+@dataclass
+class InterVideoLossDetails:
+    """Everything :func:`~evidential_prvr.functional.inter_video_loss` computed for one batch.
+
+    Attributes
+    ----------
+    loss : torch.Tensor
+        :math:`L_{inter}` (Eq. 18) over the selected ``terms``, reduced as ``reduction`` says.
+    frame_loss, clip_loss, fused_loss : torch.Tensor
+        The three :math:`L_U` terms (Eq. 17) on the frame, clip and DS-fused opinions (each computed,
+        whichever enter ``loss``).
+    identification : Identification or None
+        Query types and per-branch statistics (Eq. 10-14), detached; ``None`` when the loss ran
+        without calibration and no details were asked for.
+    target : torch.Tensor
+        Calibrated labels :math:`\\hat{\\mathbf{y}}` ``[Q, V]`` (Eq. 15), detached.
+    frame_alpha, clip_alpha, fused_alpha : torch.Tensor
+        Dirichlet parameters ``[Q, V]`` of the three opinions (with gradients).
+    """
+
+    loss: torch.Tensor
+    frame_loss: torch.Tensor
+    clip_loss: torch.Tensor
+    fused_loss: torch.Tensor
+    identification: Identification | None
+    target: torch.Tensor
+    frame_alpha: torch.Tensor
+    clip_alpha: torch.Tensor
+    fused_alpha: torch.Tensor
+
+
+def calibrated_target(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    query_type: torch.Tensor,
+    *,
+    gamma: float = 0.2,
+    validate_args: bool | None = None,
+) -> torch.Tensor:
+    """Query-specific label calibration (Holmes Eq. 15).
+
+    .. math::
+
+        \\hat{\\mathbf{y}}_i = \\begin{cases}
+            (1-\\gamma)\\mathbf{y}_i + \\tfrac{\\gamma}{2}\\big(\\sigma(\\mathbf{s}^f_i) + \\sigma(\\mathbf{s}^c_i)\\big),
+                & i \\in S^o_n \\text{ (polysemous)}, \\\\
+            \\mathbf{y}_i, & \\text{otherwise},
+        \\end{cases}
+
+    where :math:`\\sigma` is the softmax over the videos of the (detached) similarities and
+    :math:`\\mathbf{y}_i` the normalised multi-hot label (one-hot for index positives).
+
+    Parameters
+    ----------
+    frame_sim, clip_sim : torch.Tensor
+        Frame- and clip-scale similarities ``[Q, V]``.
+    query_video : torch.Tensor
+        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
+    query_type : torch.Tensor
+        ``LongTensor [Q]`` of :class:`~evidential_prvr.QueryType` values (e.g.
+        ``identify(...).query_type``); rows equal to ``POLYSEMOUS`` are calibrated.
+    gamma : float
+        Calibration weight :math:`\\gamma \\in [0, 1]` (0.2).
+    validate_args : bool, optional
+        Check values (finite scores, valid positives and types); host synchronisations.
+
+    Returns
+    -------
+    torch.Tensor
+        :math:`\\hat{\\mathbf{y}}` ``[Q, V]``, rows on the probability simplex, detached, in the
+        compute dtype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import calibrated_target
+    >>> sim = torch.zeros(2, 2)  # uniform softmax
+    >>> calibrated_target(sim, sim, torch.tensor([0, 1]), torch.tensor([1, 0]), gamma=0.2)
+    tensor([[0.9000, 0.1000],
+            [0.0000, 1.0000]])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 15.
+    """
+    validate = should_validate(validate_args)
+    mask = check_score_pair(frame_sim, clip_sim, query_video, validate)
+    check_in_range(gamma, "gamma", 0.0, 1.0)
+    check_tensor(query_type, "query_type", ndim=1)
+    if query_type.shape[0] != frame_sim.shape[0] or query_type.is_floating_point() or query_type.dtype == torch.bool:
+        raise ValueError(
+            f"query_type must be an integer tensor of shape [{frame_sim.shape[0]}], got {query_type.dtype} "
+            f"{tuple(query_type.shape)}"
+        )
+    if query_type.device != frame_sim.device:
+        raise ValueError(f"frame_sim and query_type must be on the same device, got {frame_sim.device} and "
+                         f"{query_type.device}")
+    if validate and bool(((query_type < 0) | (query_type > int(QueryType.UNDERDETERMINED))).any()):
+        raise ValueError("query_type must hold QueryType values 0, 1 or 2")
+    dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
+    label = normalized_target(mask, dtype)
+    return _calibrated_target(frame_sim.to(dtype), clip_sim.to(dtype), label, query_type, gamma)
+
+
+def _calibrated_target(
+    frame_sim: torch.Tensor, clip_sim: torch.Tensor, label: torch.Tensor, query_type: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """Holmes Eq. 15 on validated tensors of one dtype (no checks)."""
+    with torch.no_grad():
+        soft = 0.5 * (torch.softmax(frame_sim.detach(), dim=-1) + torch.softmax(clip_sim.detach(), dim=-1))
+        calibrated = (1.0 - gamma) * label + gamma * soft
+        polysemous = (query_type == int(QueryType.POLYSEMOUS)).unsqueeze(-1)
+        return torch.where(polysemous, calibrated, label)
+
+
+def check_terms(terms: object) -> tuple[str, ...]:
+    """Validate a non-empty selection of :data:`INTER_TERMS` without repeats."""
+    if isinstance(terms, str) or not isinstance(terms, Sequence) or len(terms) == 0:
+        raise ValueError(f"terms must be a non-empty sequence drawn from {INTER_TERMS}, got {terms!r}")
+    for term in terms:
+        check_choice(term, "terms", INTER_TERMS)
+    if len(set(terms)) != len(terms):
+        raise ValueError(f"terms must not repeat an entry, got {tuple(terms)}")
+    return tuple(terms)
+
+
+def inter_video_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    beta: float = 0.3,
+    gamma: float = 0.2,
+    tau: float = 0.1,
+    tanh_scaling: str = "inside",
+    entropy_median: str = "candidates",
+    matched: str = "any_positive",
+    fusion: str = "uncertainty_dominant",
+    calibrate: bool = True,
+    calibration_set: str = "refined",
+    terms: Sequence[str] = INTER_TERMS,
+    reduction: str = "mean",
+    return_details: bool = False,
+    validate_args: bool | None = None,
+) -> torch.Tensor | InterVideoLossDetails:
+    """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
+
+    .. math::
+
+        L_{inter} = L_U(\\boldsymbol\\alpha^f, \\hat{\\mathbf{y}}) + L_U(\\boldsymbol\\alpha^c, \\hat{\\mathbf{y}})
+                    + L_U(\\boldsymbol\\alpha^o, \\hat{\\mathbf{y}}),
+
+    where :math:`\\boldsymbol\\alpha^{f,c} = e(\\mathbf{s}^{f,c}) + 1` (Eq. 3-4),
+    :math:`\\boldsymbol\\alpha^o` is their Dempster-Shafer fusion (Eq. 16), :math:`L_U` the expected
+    squared error of Eq. 17 and :math:`\\hat{\\mathbf{y}}` the calibrated label of Eq. 15
+    (:func:`calibrated_target`) on the polysemous set of :func:`identify`.
+
+    Parameters
+    ----------
+    frame_sim, clip_sim : torch.Tensor
+        Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
+    query_video : torch.Tensor
+        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
+    beta, tau, tanh_scaling, entropy_median, matched, fusion
+        Identification settings, see :func:`identify`.
+    gamma : float
+        Calibration weight γ ∈ [0, 1] (Eq. 15).
+    calibrate : bool
+        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8); the
+        identification then does not run unless details are asked for.
+    calibration_set : {"refined", "initial"}
+        ``"refined"``: calibrate the fused :math:`S^o_n` (paper). ``"initial"``: calibrate only the
+        fused initial polysemous set :math:`\\tilde S_n`, before the entropy refinement (Table 3 row 9).
+    terms : sequence of {"frame", "clip", "fused"}
+        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 drop some).
+    reduction : {"mean", "sum", "none"}
+        Reduction of the per-query loss over the batch (``"none"``: ``[Q]``).
+    return_details : bool
+        Return an :class:`~evidential_prvr.InterVideoLossDetails` instead of the loss tensor.
+    validate_args : bool, optional
+        Check values (finite scores, valid positives); host synchronisations.
+
+    Returns
+    -------
+    torch.Tensor or InterVideoLossDetails
+        The loss (scalar unless ``reduction="none"``), in float32 for half inputs.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import inter_video_loss
+    >>> sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]], requires_grad=True)
+    >>> loss = inter_video_loss(sim, sim, torch.tensor([0, 1]))
+    >>> loss.backward()
+    >>> round(loss.item(), 4)
+    1.2708
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 15-18.
+    """
+    settings = IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)
+    check_in_range(gamma, "gamma", 0.0, 1.0)
+    check_choice(calibration_set, "calibration_set", CALIBRATION_SETS)
+    check_choice(reduction, "reduction", REDUCTIONS)
+    if not isinstance(calibrate, bool):
+        raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
+    terms = check_terms(terms)
+    mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
+    return _inter_video_loss(frame_sim, clip_sim, mask, settings, gamma, calibrate, calibration_set, terms,
+                             reduction, return_details)
+
+
+def _inter_video_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    mask: torch.Tensor,
+    settings: IdentificationSettings,
+    gamma: float,
+    calibrate: bool,
+    calibration_set: str,
+    terms: tuple[str, ...],
+    reduction: str,
+    return_details: bool,
+) -> torch.Tensor | InterVideoLossDetails:
+    """:func:`inter_video_loss` on validated inputs."""
+    dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
+    s_f = frame_sim.to(dtype)
+    s_c = clip_sim.to(dtype)
+    alpha_f = _evidence(s_f, settings.tau, settings.tanh_scaling) + 1.0
+    alpha_c = _evidence(s_c, settings.tau, settings.tanh_scaling) + 1.0
+    alpha_o = _ds_combine(alpha_f, alpha_c)
+    label = normalized_target(mask, dtype)
+
+    identification = None
+    if calibrate or return_details:
+        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings)
+    if calibrate and gamma > 0.0:
+        assert identification is not None
+        types = identification.query_type if calibration_set == "refined" else identification.initial_query_type
+        target = _calibrated_target(s_f, s_c, label, types, gamma)
+    else:
+        target = label
+
+    rows = {"frame": _dirichlet_mse(alpha_f, target), "clip": _dirichlet_mse(alpha_c, target),
+            "fused": _dirichlet_mse(alpha_o, target)}
+    total = rows[terms[0]]
+    for term in terms[1:]:
+        total = total + rows[term]
+    loss = reduce_rows(total, reduction)
+    if not return_details:
+        return loss
+    return InterVideoLossDetails(
+        loss=loss,
+        frame_loss=reduce_rows(rows["frame"], reduction),
+        clip_loss=reduce_rows(rows["clip"], reduction),
+        fused_loss=reduce_rows(rows["fused"], reduction),
+        identification=identification,
+        target=target,
+        frame_alpha=alpha_f,
+        clip_alpha=alpha_c,
+        fused_alpha=alpha_o,
+    )

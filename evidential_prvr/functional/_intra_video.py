@@ -1,0 +1,199 @@
+"""Intra-video evidential learning L_intra (Holmes §3.3).
+
+Each query of a video is an :math:`M_c`-way classification over the video's clips. The evidence of its
+similarities (Holmes Eq. 3-4) is trained with the evidential loss L_U (Eq. 17) towards a soft,
+stop-gradient label: the query's row of the flexible transport plan (Eq. 20), or the ablations of
+Table 3 (softmax over clips, OT without dustbin).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
+from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse
+from evidential_prvr.functional._evidence import TANH_SCALINGS, _evidence
+from evidential_prvr.functional._flexible_ot import (
+    FlexibleOTResult,
+    FOTSettings,
+    _flexible_ot,
+    fot_similarity,
+    prepare_fot_inputs,
+)
+
+__all__ = ["INTRA_ASSIGNMENTS", "IntraVideoLossDetails", "intra_video_loss"]
+
+INTRA_ASSIGNMENTS = ("fot", "ot", "softmax")
+"""Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
+
+
+@dataclass
+class IntraVideoLossDetails:
+    """Everything :func:`~evidential_prvr.functional.intra_video_loss` computed.
+
+    Attributes
+    ----------
+    loss : torch.Tensor
+        L_intra reduced as ``reduction`` says.
+    per_query : torch.Tensor
+        ``[B, Mq]`` L_U of every query (0 for padded queries).
+    per_video : torch.Tensor
+        ``[B]`` mean of ``per_query`` over each video's valid queries (0 for a video without any).
+    alpha : torch.Tensor
+        ``[B, Mq, Mc]`` Dirichlet parameters; 0 at padded clips (they are not classes) and padded queries.
+    target : torch.Tensor
+        ``[B, Mq, Mc]`` the stop-gradient soft labels (rows sum to 1 over valid clips).
+    transport : FlexibleOTResult or None
+        The transport result (None for ``assignment="softmax"``).
+    """
+
+    loss: torch.Tensor
+    per_query: torch.Tensor
+    per_video: torch.Tensor
+    alpha: torch.Tensor
+    target: torch.Tensor
+    transport: FlexibleOTResult | None
+
+
+def intra_video_loss(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None = None,
+    clip_mask: torch.Tensor | None = None,
+    *,
+    tau: float = 0.06,
+    tanh_scaling: str = "outside",
+    assignment: str = "fot",
+    epsilon: float = 0.1,
+    n_iters: int = 50,
+    dustbin_quantile: float | None = 0.3,
+    normalize: str | None = "minmax",
+    minmax_over: str = "block",
+    marginals: str = "release",
+    tol: float | None = None,
+    method: str = "auto",
+    reduction: str = "mean",
+    return_details: bool = False,
+    validate_args: bool | None = None,
+) -> torch.Tensor | IntraVideoLossDetails:
+    """L_intra: evidential loss of each query over its video's clips against a transport label.
+
+    For query :math:`i` of video :math:`k` with :math:`K_k` valid clips and similarities
+    :math:`\\bar s_{ij}` (those the transport uses: min-max normalised under the release settings),
+
+    .. math::
+
+        \\alpha_{ij} = e(\\bar s_{ij}; \\tau) + 1 \\ \\text{(Eq. 3-4)}, \\qquad
+        L_{\\mathrm{intra}} = \\frac{1}{|\\mathcal V|} \\sum_{k\\in\\mathcal V} \\frac{1}{M_q^{(k)}}
+        \\sum_{i} L_U\\big(\\boldsymbol\\alpha_i, \\hat{\\mathbf y}_i\\big) \\ \\text{(Eq. 17)},
+
+    where :math:`\\hat{\\mathbf y}_i` is the query's row of the flexible transport plan normalised over
+    clips (Eq. 20, :func:`flexible_ot`), detached, and :math:`\\mathcal V` the videos with at least one
+    valid query. Padded clips are not classes: the classification of a query is :math:`K_k`-way over
+    its video's valid clips (their :math:`\\alpha` is set to 0, which removes them exactly from
+    :math:`S` and the sum of Eq. 17). The evidence keeps its gradient; the label does not.
+
+    Parameters
+    ----------
+    sim : torch.Tensor
+        ``[B, Mq, Mc]`` query-clip similarities of each video (e.g. from
+        :func:`~evidential_prvr.build_intra_video_batch`).
+    query_mask, clip_mask : torch.Tensor, optional
+        ``[B, Mq]`` and ``[B, Mc]`` validity masks (bool, or 0/1 values).
+    tau : float
+        Evidence temperature :math:`\\tau_{\\text{intra}}`.
+    tanh_scaling : {"outside", "inside"}
+        Evidence form, see :func:`evidence` (release: ``"outside"``).
+    assignment : {"fot", "ot", "softmax"}
+        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
+        dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
+        over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
+        not give its temperature).
+    epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, method
+        Transport settings, see :func:`flexible_ot` (the plan is always a stop-gradient label).
+    reduction : {"mean", "sum", "none"}
+        ``"mean"``: over the videos with a valid query; ``"sum"``: their sum; ``"none"``: ``[B]``
+        per video (0 for a video without a valid query).
+    return_details : bool
+        Return an :class:`~evidential_prvr.IntraVideoLossDetails` instead of the loss.
+    validate_args : bool, optional
+        Check values (finite similarities, 0/1 masks, a clip per video); host synchronisations.
+
+    Returns
+    -------
+    torch.Tensor or IntraVideoLossDetails
+        The loss (0 when no video has a valid query), in the compute dtype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import intra_video_loss
+    >>> sim = torch.tensor([[[0.9, 0.8, 0.1, 0.0], [0.1, 0.2, 0.9, 0.3]]], requires_grad=True)
+    >>> loss = intra_video_loss(sim, tau=0.06)
+    >>> loss.backward()
+    >>> bool(sim.grad.abs().sum() > 0)
+    True
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
+    """
+    check_positive(tau, "tau")
+    check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
+    check_choice(assignment, "assignment", INTRA_ASSIGNMENTS)
+    check_choice(reduction, "reduction", REDUCTIONS)
+    settings = FOTSettings(epsilon, n_iters, dustbin_quantile if assignment == "fot" else None, normalize,
+                           minmax_over, marginals, tol, "detach", method)
+    if assignment == "fot" and dustbin_quantile is None:
+        raise ValueError("assignment='fot' needs a dustbin: dustbin_quantile must be a number in (0, 1), got None")
+    validate = should_validate(validate_args)
+    qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, validate)
+    return _intra_video_loss(sim, qmask, cmask, valid, dense, settings, tau, tanh_scaling, assignment, reduction,
+                             return_details, validate)
+
+
+def _intra_video_loss(
+    sim: torch.Tensor,
+    qmask: torch.Tensor,
+    cmask: torch.Tensor,
+    valid: torch.Tensor,
+    dense: bool,
+    settings: FOTSettings,
+    tau: float,
+    tanh_scaling: str,
+    assignment: str,
+    reduction: str,
+    return_details: bool,
+    validate: bool,
+) -> torch.Tensor | IntraVideoLossDetails:
+    """:func:`intra_video_loss` on validated inputs."""
+    if assignment == "softmax":
+        transport = None
+        similarity = fot_similarity(sim.to(compute_dtype(sim)), valid, settings, dense)
+        logits = (similarity.detach() / settings.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
+        target = torch.where(valid, torch.softmax(logits, dim=2), torch.zeros_like(similarity))
+    else:
+        transport = _flexible_ot(sim, qmask, cmask, valid, dense, dataclasses.replace(settings, grad="detach"),
+                                 validate, False)
+        similarity = transport.similarity  # keeps its gradient
+        target = transport.assignment.detach()
+
+    alpha = _evidence(similarity, tau, tanh_scaling) + 1.0
+    alpha = torch.where(valid, alpha, torch.zeros_like(alpha))
+    # a padded query row has alpha = 0 everywhere; give it a harmless dummy row and mask it out
+    safe_alpha = torch.where(qmask.unsqueeze(2), alpha, torch.ones_like(alpha))
+    per_query = torch.where(qmask, _dirichlet_mse(safe_alpha, target), torch.zeros_like(alpha[..., 0]))
+    n_valid = qmask.sum(dim=1)
+    per_video = per_query.sum(dim=1) / n_valid.clamp_min(1).to(per_query.dtype)
+    has_query = n_valid > 0
+    if reduction == "none":
+        loss = per_video
+    elif reduction == "sum":
+        loss = (per_video * has_query).sum()
+    else:
+        loss = (per_video * has_query).sum() / has_query.sum().clamp_min(1).to(per_query.dtype)
+    if not return_details:
+        return loss
+    return IntraVideoLossDetails(loss, per_query, per_video, alpha, target, transport)
