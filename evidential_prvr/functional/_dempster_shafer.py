@@ -37,10 +37,13 @@ class DempsterShaferOutput:
 
 def _promote_pair(alpha_a: torch.Tensor, alpha_b: torch.Tensor, validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate two Dirichlet parameter tensors and cast both to their common compute dtype."""
-    check_alpha(alpha_a, "alpha_a", validate=validate)
-    check_alpha(alpha_b, "alpha_b", validate=validate)
+    check_alpha(alpha_a, "alpha_a", validate=False)
+    check_alpha(alpha_b, "alpha_b", validate=False)
     check_same_shape(alpha_a, alpha_b, "alpha_a", "alpha_b")
     check_same_device(alpha_a=alpha_a, alpha_b=alpha_b)
+    if validate:
+        check_alpha(alpha_a, "alpha_a")
+        check_alpha(alpha_b, "alpha_b")
     dtype = torch.promote_types(compute_dtype(alpha_a), compute_dtype(alpha_b))
     return alpha_a.to(dtype), alpha_b.to(dtype)
 
