@@ -19,6 +19,7 @@ __all__ = [
     "should_validate",
     "as_mask",
     "check_same_device",
+    "check_nonempty",
     "check_tensor",
     "check_finite",
     "check_same_shape",
@@ -42,6 +43,12 @@ def check_tensor(x: object, name: str, *, ndim: int | Sequence[int] | None = Non
             raise ValueError(f"{name} must be a {wanted} tensor, got shape {tuple(x.shape)}")
     if floating and not x.is_floating_point():
         raise TypeError(f"{name} must have a floating-point dtype, got {x.dtype}")
+
+
+def check_nonempty(x: torch.Tensor, name: str) -> None:
+    """Raise ``ValueError`` if any dimension of ``x`` is 0 (an empty batch or an empty token set)."""
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty (every dimension >= 1), got shape {tuple(x.shape)}")
 
 
 def check_finite(x: torch.Tensor, name: str) -> None:

@@ -15,12 +15,14 @@ import torch.nn.functional as F
 from evidential_prvr._checks import (
     check_finite,
     check_in_range,
+    check_nonempty,
     check_positive,
     check_positive_int,
     check_same_shape,
     check_square,
     check_tensor,
     compute_dtype,
+    should_validate,
 )
 
 __all__ = [
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 
-def pac_loss(cost: torch.Tensor, tau: float) -> torch.Tensor:
+def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = None) -> torch.Tensor:
     """Probabilistic Alignment Contrastive loss (DAB, Key Design 3).
 
     With positives on the diagonal of the ``[B, B]`` cost (rows = text queries, columns = videos,
@@ -54,6 +56,8 @@ def pac_loss(cost: torch.Tensor, tau: float) -> torch.Tensor:
     tau : float
         Temperature :math:`\\tau > 0`. DAB does not report its value; KL costs grow with the
         embedding dimension, so :math:`\\tau` must be chosen on that scale (see the guide).
+    validate_args : bool, optional
+        Check that ``cost`` is finite (a host synchronisation).
 
     Returns
     -------
@@ -62,8 +66,10 @@ def pac_loss(cost: torch.Tensor, tau: float) -> torch.Tensor:
     """
     check_tensor(cost, "cost", ndim=2, floating=True)
     check_square(cost, "cost")
+    check_nonempty(cost, "cost")
     check_positive(tau, "tau")
-    check_finite(cost, "cost")
+    if should_validate(validate_args):
+        check_finite(cost, "cost")
     logits = -cost.to(compute_dtype(cost)) / tau
     labels = torch.arange(cost.shape[0], device=cost.device)
     return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)

@@ -16,7 +16,15 @@ from typing import NamedTuple
 
 import torch
 
-from evidential_prvr._checks import check_finite, check_positive_int, check_same_shape, check_tensor, compute_dtype
+from evidential_prvr._checks import (
+    check_finite,
+    check_nonempty,
+    check_positive_int,
+    check_same_shape,
+    check_tensor,
+    compute_dtype,
+    should_validate,
+)
 
 __all__ = [
     "DiagonalGaussian",
@@ -27,13 +35,19 @@ __all__ = [
 ]
 
 
-def _check_gaussian(mu: torch.Tensor, logvar: torch.Tensor, name: str, *, ndim: int | tuple[int, ...] | None) -> None:
-    """Validate one diagonal Gaussian given as ``(mu, logvar)``."""
+def _check_gaussian(
+    mu: torch.Tensor, logvar: torch.Tensor, name: str, *, ndim: int | tuple[int, ...] | None,
+    validate_args: bool | None = None,
+) -> None:
+    """Validate one diagonal Gaussian given as ``(mu, logvar)``: non-empty, same shape, and finite
+    (the value check follows ``validate_args``)."""
     check_tensor(mu, f"{name}_mu", ndim=ndim, floating=True)
     check_tensor(logvar, f"{name}_logvar", ndim=ndim, floating=True)
     check_same_shape(mu, logvar, f"{name}_mu", f"{name}_logvar")
-    check_finite(mu, f"{name}_mu")
-    check_finite(logvar, f"{name}_logvar")
+    check_nonempty(mu, f"{name}_mu")
+    if should_validate(validate_args):
+        check_finite(mu, f"{name}_mu")
+        check_finite(logvar, f"{name}_logvar")
 
 
 def _common_dtype(*tensors: torch.Tensor) -> torch.dtype:
@@ -232,6 +246,7 @@ def kl_margin(cost: torch.Tensor) -> torch.Tensor:
         ``[Q]`` margins, float32 for half-precision input.
     """
     check_tensor(cost, "cost", ndim=2, floating=True)
+    check_nonempty(cost, "cost")
     if cost.shape[1] < 2:
         raise ValueError(f"cost must have at least 2 columns (candidates) per query, got shape {tuple(cost.shape)}")
     check_finite(cost, "cost")

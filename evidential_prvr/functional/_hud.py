@@ -12,11 +12,13 @@ import torch.nn.functional as F
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
+    check_nonempty,
     check_positive,
     check_same_shape,
     check_square,
     check_tensor,
     compute_dtype,
+    should_validate,
 )
 
 __all__ = [
@@ -34,6 +36,7 @@ def biased_max_similarity(
     bias: torch.Tensor,
     *,
     token_matching: str = "max",
+    validate_args: bool | None = None,
 ) -> torch.Tensor:
     """Learnable-bias similarity between token sets, for all query/target pairs (HUD Eq. 10-11).
 
@@ -65,6 +68,8 @@ def biased_max_similarity(
         ``[K]`` learnable bias :math:`\\mathbf{b}`.
     token_matching : {"max", "paired"}
         How a composed token is matched to target tokens (see above).
+    validate_args : bool, optional
+        Check that the tokens and the bias are finite (host synchronisations).
 
     Returns
     -------
@@ -75,6 +80,11 @@ def biased_max_similarity(
     check_tensor(target_tokens, "target_tokens", ndim=3, floating=True)
     check_tensor(bias, "bias", ndim=1, floating=True)
     check_choice(token_matching, "token_matching", TOKEN_MATCHING)
+    check_nonempty(composed_tokens, "composed_tokens")
+    check_nonempty(target_tokens, "target_tokens")
+    if should_validate(validate_args):
+        for name, tensor in (("composed_tokens", composed_tokens), ("target_tokens", target_tokens), ("bias", bias)):
+            check_finite(tensor, name)
     if composed_tokens.shape[2] != target_tokens.shape[2]:
         raise ValueError(
             "composed_tokens and target_tokens must have the same token dimension D, got shapes "
@@ -102,7 +112,9 @@ def biased_max_similarity(
 def _check_similarity(sim: torch.Tensor, name: str) -> None:
     check_tensor(sim, name, ndim=2, floating=True)
     check_square(sim, name)
-    check_finite(sim, name)
+    check_nonempty(sim, name)
+    if should_validate(None):
+        check_finite(sim, name)
 
 
 def _check_similarity_pair(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float) -> torch.dtype:

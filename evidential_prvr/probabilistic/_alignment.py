@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from evidential_prvr._checks import check_positive_int, check_tensor
-from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, check_token_mask, masked_mean
+from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, check_inputs, check_token_mask, masked_mean
 from evidential_prvr.probabilistic._dab import (
     DistributionBridge,
     GaussianEmbeddingHead,
@@ -97,6 +97,9 @@ class DABAlignment(nn.Module):
         Bridge settings, see :class:`DistributionBridge`.
     logvar_bounds : tuple of float, default (-6.0, 2.0)
         Log-variance clipping range used by all heads and the bridge.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
     def __init__(
@@ -110,19 +113,20 @@ class DABAlignment(nn.Module):
         total_steps: int = 1000,
         step_range: tuple[float, float] = (0.2, 0.6),
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
     ) -> None:
         super().__init__()
         check_positive_int(dim_in, "dim_in")
+        self.validate_args = validate_args
         if not isinstance(share_head, bool):
             raise TypeError(f"share_head must be a bool, got {type(share_head).__name__}")
         self.dim_in = dim_in
-        self.text_head = GaussianEmbeddingHead(dim_in, dim, logvar_bounds=logvar_bounds)
-        self.video_head = (
-            self.text_head if share_head else GaussianEmbeddingHead(dim_in, dim, logvar_bounds=logvar_bounds)
-        )
-        self.token_head = TokenUncertaintyHead(dim_in, dim, logvar_bounds=logvar_bounds)
-        self.bridge = DistributionBridge(dim, n_steps, total_steps, step_range, logvar_bounds=logvar_bounds)
-        self.pac = ProbabilisticAlignmentContrastiveLoss(tau)
+        checks = {"logvar_bounds": logvar_bounds, "validate_args": validate_args}
+        self.text_head = GaussianEmbeddingHead(dim_in, dim, **checks)
+        self.video_head = self.text_head if share_head else GaussianEmbeddingHead(dim_in, dim, **checks)
+        self.token_head = TokenUncertaintyHead(dim_in, dim, **checks)
+        self.bridge = DistributionBridge(dim, n_steps, total_steps, step_range, **checks)
+        self.pac = ProbabilisticAlignmentContrastiveLoss(tau, validate_args)
 
     def gaussians(
         self, text: torch.Tensor, video_tokens: torch.Tensor, video_mask: torch.Tensor | None = None
@@ -130,6 +134,7 @@ class DABAlignment(nn.Module):
         """Text (``[Q, dim_in]``), bridged text and video (``[V, T, dim_in]`` tokens) Gaussians; ``Q`` and ``V`` may differ."""
         check_tensor(text, "text", ndim=2, floating=True)
         check_tensor(video_tokens, "video_tokens", ndim=3, floating=True)
+        check_inputs(self.validate_args, text=text, video_tokens=video_tokens)
         check_token_mask(video_mask, video_tokens, "video_mask")
         text_gaussian = self.text_head(text)
         video_base = self.video_head(masked_mean(video_tokens, video_mask))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evidential_prvr._checks import check_tensor
+from evidential_prvr._checks import check_finite, check_nonempty, check_tensor, should_validate
 
 DEFAULT_LOGVAR_BOUNDS = (-6.0, 2.0)
 
@@ -18,6 +18,17 @@ def check_bounds(bounds: object, name: str = "logvar_bounds") -> tuple[float, fl
     if not (float("-inf") < low < high < float("inf")):
         raise ValueError(f"{name} must be finite with low < high, got {bounds!r}")
     return low, high
+
+
+def check_inputs(validate_args: bool | None, **tensors: torch.Tensor | None) -> None:
+    """Every given tensor is non-empty (always) and finite (when validation is on); ``None`` is skipped."""
+    validate = should_validate(validate_args)
+    for name, tensor in tensors.items():
+        if tensor is None:
+            continue
+        check_nonempty(tensor, name)
+        if validate:
+            check_finite(tensor, name)
 
 
 def check_dim(x: torch.Tensor, name: str, dim: int) -> None:

@@ -14,6 +14,7 @@ from torch import nn
 
 from evidential_prvr._checks import check_positive, check_positive_int, check_tensor
 from evidential_prvr.probabilistic._common import (
+    check_inputs,
     DEFAULT_LOGVAR_BOUNDS,
     check_bounds,
     check_dim,
@@ -52,8 +53,10 @@ class _LogVarHead(nn.Module):
         *,
         logvar_init: float = -2.0,
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
     ) -> None:
         super().__init__()
+        self.validate_args = validate_args
         check_positive_int(dim_in, "dim_in")
         check_positive_int(dim_out, "dim_out")
         self.logvar_bounds = check_bounds(logvar_bounds)
@@ -92,6 +95,9 @@ class GaussianEmbeddingHead(_LogVarHead):
         Initial log-variance bias.
     logvar_bounds : tuple of float, default (-6.0, 2.0)
         Clipping range of :math:`\\log\\sigma^2`.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
     def _build_layers(self) -> None:
@@ -103,6 +109,7 @@ class GaussianEmbeddingHead(_LogVarHead):
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
         check_tensor(x, "x", floating=True)
         check_dim(x, "x", self.dim_in)
+        check_inputs(self.validate_args, x=x)
         x = F.normalize(to_module_dtype(x, self), dim=-1)
         mu = self.mean(self.mean_norm(x))
         logvar = self.logvar(self.logvar_norm(x)).clamp(*self.logvar_bounds)
@@ -137,6 +144,9 @@ class TokenUncertaintyHead(_LogVarHead):
         Initial bias of the log-variance layer.
     logvar_bounds : tuple of float, default (-6.0, 2.0)
         Clipping range.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
     def _build_layers(self) -> None:
@@ -160,6 +170,7 @@ class TokenUncertaintyHead(_LogVarHead):
         """
         check_tensor(tokens, "tokens", ndim=3, floating=True)
         check_dim(tokens, "tokens", self.dim_in)
+        check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
         check_token_mask(mask, tokens)
         x = F.normalize(to_module_dtype(tokens, self), dim=-1)
         padding = None if mask is None else ~mask
@@ -215,6 +226,9 @@ class DistributionBridge(nn.Module):
         Size of the sinusoidal time embedding.
     logvar_bounds : tuple of float, default (-6.0, 2.0)
         Clipping range of :math:`\\log\\sigma^2`.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
     def __init__(
@@ -227,8 +241,10 @@ class DistributionBridge(nn.Module):
         hidden_dim: int | None = None,
         time_dim: int = 128,
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
     ) -> None:
         super().__init__()
+        self.validate_args = validate_args
         check_positive_int(dim, "dim")
         check_positive_int(n_steps, "n_steps")
         check_positive_int(total_steps, "total_steps")
@@ -254,7 +270,7 @@ class DistributionBridge(nn.Module):
 
         Outputs are in the dtype of the bridge's parameters (float32 for half inputs with float32 weights).
         """
-        _check_gaussian(mu, logvar, "input", ndim=None)
+        _check_gaussian(mu, logvar, "input", ndim=None, validate_args=self.validate_args)
         check_dim(mu, "mu", self.dim)
         mu = to_module_dtype(mu, self)
         logvar = to_module_dtype(logvar, self).clamp(*self.logvar_bounds)
@@ -275,16 +291,20 @@ class ProbabilisticAlignmentContrastiveLoss(nn.Module):
     tau : float
         Temperature > 0 (no default: DAB does not report one, and it must match the scale of the
         KL costs, which grows with :math:`D`).
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
-    def __init__(self, tau: float) -> None:
+    def __init__(self, tau: float, validate_args: bool | None = None) -> None:
         super().__init__()
         check_positive(tau, "tau")
         self.tau = float(tau)
+        self.validate_args = validate_args
 
     def forward(self, cost: torch.Tensor) -> torch.Tensor:
         """Scalar loss for a ``[B, B]`` cost with positives on the diagonal (rows = texts, columns = videos)."""
-        return pac_loss(cost, self.tau)
+        return pac_loss(cost, self.tau, validate_args=self.validate_args)
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}"

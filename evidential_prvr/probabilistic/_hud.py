@@ -14,6 +14,7 @@ from torch import nn
 
 from evidential_prvr._checks import check_choice, check_positive, check_positive_int, check_tensor
 from evidential_prvr.probabilistic._common import (
+    check_inputs,
     DEFAULT_LOGVAR_BOUNDS,
     check_bounds,
     check_dim,
@@ -63,12 +64,17 @@ class ProbabilisticTextEmbedding(nn.Module):
         Heads of each cross-attention (HUD does not say); must divide ``dim``.
     logvar_bounds : tuple of float, default (-6.0, 2.0)
         Clipping range of :math:`\\log\\sigma^2` (a library choice; HUD does not clip).
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
     def __init__(
-        self, dim: int, *, num_heads: int = 1, logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS
+        self, dim: int, *, num_heads: int = 1, logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
     ) -> None:
         super().__init__()
+        self.validate_args = validate_args
         check_positive_int(dim, "dim")
         check_positive_int(num_heads, "num_heads")
         if dim % num_heads:
@@ -102,6 +108,7 @@ class ProbabilisticTextEmbedding(nn.Module):
             raise ValueError(
                 f"reference_tokens must have batch size {text.shape[0]} like text, got shape {tuple(reference_tokens.shape)}"
             )
+        check_inputs(self.validate_args, text=text, reference_tokens=reference_tokens)
         check_token_mask(mask, reference_tokens)
         text = to_module_dtype(text, self)
         reference = to_module_dtype(reference_tokens, self)
@@ -135,10 +142,14 @@ class ComposeByWeights(nn.Module):
         Embedding size :math:`D_H`.
     hidden_dim : int, optional
         Hidden size of the MLP (default ``dim``).
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
-    def __init__(self, dim: int, hidden_dim: int | None = None) -> None:
+    def __init__(self, dim: int, hidden_dim: int | None = None, *, validate_args: bool | None = None) -> None:
         super().__init__()
+        self.validate_args = validate_args
         check_positive_int(dim, "dim")
         if hidden_dim is not None:
             check_positive_int(hidden_dim, "hidden_dim")
@@ -161,6 +172,7 @@ class ComposeByWeights(nn.Module):
         check_tensor(text, "text", ndim=(2, 3), floating=True)
         check_dim(reference, "reference", self.dim)
         check_dim(text, "text", self.dim)
+        check_inputs(self.validate_args, reference=reference, text=text)
         if reference.dim() == 2 and text.dim() == 3 and reference.shape[0] == text.shape[0]:
             reference = reference.unsqueeze(1).expand_as(text)
         if reference.shape != text.shape:
@@ -185,10 +197,14 @@ class BiasedMaxSimilarity(nn.Module):
         Number :math:`K` of composed tokens (holistic: :math:`1 + U`).
     token_matching : {"max", "paired"}
         See :func:`~evidential_prvr.probabilistic.biased_max_similarity`.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     """
 
-    def __init__(self, num_tokens: int, *, token_matching: str = "max") -> None:
+    def __init__(self, num_tokens: int, *, token_matching: str = "max", validate_args: bool | None = None) -> None:
         super().__init__()
+        self.validate_args = validate_args
         check_positive_int(num_tokens, "num_tokens")
         check_choice(token_matching, "token_matching", TOKEN_MATCHING)
         self.token_matching = token_matching
@@ -196,7 +212,8 @@ class BiasedMaxSimilarity(nn.Module):
 
     def forward(self, composed_tokens: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
         """``[B_q, B_t]`` similarities of ``[B_q, K, D]`` composed tokens and ``[B_t, M, D]`` target tokens."""
-        return biased_max_similarity(composed_tokens, target_tokens, self.bias, token_matching=self.token_matching)
+        return biased_max_similarity(composed_tokens, target_tokens, self.bias, token_matching=self.token_matching,
+                                     validate_args=self.validate_args)
 
 
 class _SimilarityPairLoss(nn.Module):
