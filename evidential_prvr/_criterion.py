@@ -249,8 +249,7 @@ class HolmesCriterion(nn.Module):
         positives = _as_query_video(query_video, frame_sim.device)
         stage = self.stage
         base = self.base.settings()
-        if not self.hard_negatives:
-            base["hard_negative_topk"] = None
+        base["hard_negative_topk"] = self.base.hard_negative_topk if self.hard_negatives else None
         base_details = base_retrieval_loss(
             frame_sim, clip_sim, query_emb, positives, frame_logits=frame_logits, clip_logits=clip_logits, **base,
             generator=generator, return_details=True, validate_args=self.base.validate_args,
