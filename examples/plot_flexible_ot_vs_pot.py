@@ -78,8 +78,9 @@ print(f"FlexibleOT on 128 videos: {batched_ms:.1f} ms; a loop of ot.sinkhorn: {l
 # The plans
 # ---------
 # Rows are the captions (and the dustbin ``Z``), columns the clips. Without the dustbin the unrelated
-# clips 12-15 are spread over the captions; with it they go to the dustbin, and each caption's row,
-# normalised (``assignment``), is its soft label in L_intra.
+# clips 12-15 are spread over the captions; with it they go to the dustbin. With the release's marginals
+# the dustbin carries most of the mass (:math:`M_c/(M_c+M_q)`), so each caption keeps only its best clips;
+# its row, normalised (``assignment``), is its soft label in L_intra.
 
 
 def show(ax, plan, rows, title):
@@ -91,10 +92,12 @@ def show(ax, plan, rows, title):
     return image
 
 
-fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), gridspec_kw={"width_ratios": [1, 1, 1]})
-show(axes[0], sim[0].numpy(), [f"q{i}" for i in range(n_queries)], "similarity")
-show(axes[1], without_dustbin.plan[0].numpy(), [f"q{i}" for i in range(n_queries)], "OT plan")
-fig.colorbar(show(axes[2], ours, [f"q{i}" for i in range(n_queries)] + ["Z"], "flexible OT plan"), ax=axes[2])
+captions = [f"q{i}" for i in range(n_queries)]
+fig, axes = plt.subplots(2, 2, figsize=(10, 6))
+show(axes[0, 0], sim[0].numpy(), captions, "similarity")
+show(axes[0, 1], without_dustbin.plan[0].numpy(), captions, "OT plan (no dustbin)")
+fig.colorbar(show(axes[1, 0], ours, captions + ["Z"], "flexible OT plan with the dustbin row Z"), ax=axes[1, 0])
+show(axes[1, 1], with_dustbin.assignment[0].numpy(), captions, "assignment: rows normalised (soft labels)")
 fig.tight_layout()
 plt.show()
 

@@ -53,8 +53,8 @@ def render_presets_rst() -> str:
         cls = type(owner)
         title = TITLES[section]
         lines += [title, "-" * len(title), "",
-                  f"Field ``{section}`` of :class:`~evidential_prvr.presets.HolmesSettings`, a "
-                  f":class:`~evidential_prvr.presets.{cls.__name__}`.", "",
+                  f"Section ``{section}`` of :class:`~evidential_prvr.presets.HolmesSettings` "
+                  f"(:class:`~evidential_prvr.presets.{cls.__name__}`).", "",
                   ".. list-table::", "   :header-rows: 1", "   :stub-columns: 1", ""]
         lines.append("   * - field")
         lines += [f"     - {header}" for header, _ in cols]
