@@ -47,3 +47,36 @@ def test_presets_tables_show_every_field_of_every_preset():
             assert f"   * - ``{field.name}``" in text
     assert presets_table.format_value(settings.inter.tau) in text  # 0.04, the ActivityNet temperature
     assert presets_table.format_value(settings.optimizer.lr) in text
+
+
+_DIRECTIVE = re.compile(r"^\.\. (?:currentmodule|module|automodule)::\s*(\S+)|^\.\. auto(?:class|function|data)::\s*(\S+)",
+                        re.MULTILINE)
+
+
+def _documented_names() -> set[str]:
+    """Fully qualified names of the ``autoclass`` / ``autofunction`` / ``autodata`` entries of the API pages."""
+    names = set()
+    for page in sorted((DOCS / "api").glob("*.rst")):
+        module = None
+        for match in _DIRECTIVE.finditer(page.read_text(encoding="utf-8")):
+            if match[1]:
+                module = match[1]
+            elif "." in match[2] and match[2].split(".")[0] in ("evidential_prvr", "reference_models"):
+                names.add(match[2])
+            else:
+                names.add(f"{module}.{match[2]}")
+    return names
+
+
+def test_every_public_name_has_an_api_entry():
+    import evidential_prvr
+    from evidential_prvr import functional, metrics, presets, probabilistic
+
+    documented = _documented_names()
+    missing = []
+    for module in (evidential_prvr, functional, metrics, presets, probabilistic):
+        for name in module.__all__:
+            if not isinstance(getattr(module, name), type(evidential_prvr)):  # submodules have their own pages
+                if f"{module.__name__}.{name}" not in documented:
+                    missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"not on any docs/api page: {missing}"
