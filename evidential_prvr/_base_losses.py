@@ -37,8 +37,8 @@ class TripletRankingLoss(nn.Module):
     """Bidirectional in-batch triplet ranking loss (Holmes App. B.1); ``forward`` is one call of
     :func:`~evidential_prvr.functional.triplet_ranking_loss`.
 
-    Hard negatives are switched on and off during training with :attr:`use_hard_negatives` (the release
-    turns them on at epoch 20); :attr:`hard_negative_topk` is the pool size used when they are on.
+    Hard negatives are switched on and off during training with the attribute ``use_hard_negatives`` (the
+    release turns them on at epoch 20); ``hard_negative_topk`` is the pool size used when they are on.
 
     Examples
     --------
@@ -46,6 +46,10 @@ class TripletRankingLoss(nn.Module):
     >>> from evidential_prvr import TripletRankingLoss
     >>> TripletRankingLoss(margin=0.2)(torch.tensor([[0.9, 0.2], [0.3, 0.8]]), torch.tensor([0, 1]))
     tensor(0.)
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1; Faghri et al., "VSE++", BMVC 2018.
     """
 
     def __init__(
@@ -103,6 +107,11 @@ class InfoNCELoss(nn.Module):
     >>> from evidential_prvr import InfoNCELoss
     >>> InfoNCELoss()(torch.zeros(2, 2), torch.tensor([0, 1]))
     tensor(1.3863)
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1; van den Oord et al., "Representation Learning with Contrastive
+    Predictive Coding", 2018.
     """
 
     def __init__(self, video_to_text: str = "release", reduction: str = "mean",
@@ -141,6 +150,10 @@ class QueryDiversityLoss(nn.Module):
     >>> loss = QueryDiversityLoss.from_preset("release", dataset="tvr")
     >>> float(loss(torch.eye(3), torch.tensor([0, 0, 1]))) > 0
     True
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 23; Wang et al., "GMMFormer", AAAI 2024.
     """
 
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: str = "mean",
@@ -186,7 +199,7 @@ class BaseRetrievalLoss(nn.Module):
     div_alpha, div_delta, div_lambda : float
         :math:`\alpha`, :math:`\delta`, :math:`\lambda` of Eq. 23.
     hard_negative_topk : int
-        Hard-negative pool size, used once :attr:`use_hard_negatives` is True.
+        Hard-negative pool size, used once ``use_hard_negatives`` is True.
     use_hard_negatives : bool
         Start with hard negatives on (the release switches them on at epoch 20).
     video_negative : {"hardest", "pool"}
@@ -205,6 +218,10 @@ class BaseRetrievalLoss(nn.Module):
     >>> loss_fn = BaseRetrievalLoss.from_preset("release", dataset="tvr")
     >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8], [0.7, 0.1]])
     >>> loss = loss_fn(sim, sim, torch.randn(3, 8), torch.tensor([0, 1, 0]))
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
 
     def __init__(

@@ -37,6 +37,19 @@ class IntraVideoBatch:
         video the queries keep their order in the flat batch.
     queries : torch.Tensor
         ``[V, Mq, d]`` the query embeddings in their slots, 0 for padding.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr import build_intra_video_batch
+    >>> batch = build_intra_video_batch(torch.randn(3, 8), torch.tensor([1, 0, 1]), torch.randn(2, 4, 8))
+    >>> batch.query_index
+    tensor([[ 1, -1],
+            [ 0,  2]])
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 (the per-video query-clip similarities of Eq. 19).
     """
 
     sim: torch.Tensor
@@ -98,6 +111,10 @@ def build_intra_video_batch(
     >>> batch = build_intra_video_batch(torch.randn(5, 16), query_video, torch.randn(3, 32, 16))
     >>> batch.sim.shape, batch.query_mask.sum(dim=1)
     (torch.Size([3, 3, 32]), tensor([3, 1, 1]))
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3.
     """
     check_tensor(query_emb, "query_emb", ndim=2, floating=True)
     check_tensor(clip_emb, "clip_emb", ndim=3, floating=True)

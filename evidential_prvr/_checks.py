@@ -143,6 +143,18 @@ def set_default_validate_args(value: bool) -> None:
     ----------
     value : bool
         ``True`` to validate (default), ``False`` to skip the value checks.
+
+    Examples
+    --------
+    >>> import evidential_prvr
+    >>> evidential_prvr.set_default_validate_args(False)  # e.g. before torch.compile
+    >>> evidential_prvr.default_validate_args()
+    False
+    >>> evidential_prvr.set_default_validate_args(True)
+
+    References
+    ----------
+    The same switch as PyTorch's :meth:`torch.distributions.Distribution.set_default_validate_args`.
     """
     global _VALIDATE_ARGS
     if not isinstance(value, bool):
@@ -151,7 +163,18 @@ def set_default_validate_args(value: bool) -> None:
 
 
 def default_validate_args() -> bool:
-    """Whether argument validation is on for callers that pass ``validate_args=None`` (the default)."""
+    """Whether argument validation is on for callers that pass ``validate_args=None`` (the default).
+
+    Examples
+    --------
+    >>> import evidential_prvr
+    >>> evidential_prvr.default_validate_args()
+    True
+
+    References
+    ----------
+    See :func:`set_default_validate_args`.
+    """
     return _VALIDATE_ARGS
 
 

@@ -48,6 +48,20 @@ class HolmesLossDetails:
         The three L_U terms, the identification and the calibrated labels.
     intra_details : IntraVideoLossDetails or None
         Per-query and per-video L_intra and the transport, when L_intra ran.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr import HolmesCriterion
+    >>> criterion = HolmesCriterion.from_preset("release", dataset="tvr")
+    >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8]])
+    >>> details = criterion(sim, sim, [0, 1], query_emb=torch.eye(2), return_details=True)
+    >>> details.stage, details.intra_details is None  # epoch 0: first stage, no L_intra
+    (1, True)
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 21 and §3.4.
     """
 
     loss: torch.Tensor
@@ -111,6 +125,10 @@ class HolmesCriterion(nn.Module):
     ...                     clip_emb=torch.randn(v, mc, d), return_details=True)
     >>> details.stage, sorted(details.base_details.__dict__)[:2]
     (2, ['clip_nce', 'clip_triplet'])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 21 and §3.4.
     """
 
     def __init__(

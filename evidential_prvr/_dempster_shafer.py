@@ -29,6 +29,10 @@ class DempsterShaferFusion(nn.Module):
     >>> from evidential_prvr import DempsterShaferFusion
     >>> DempsterShaferFusion()(torch.tensor([3.0, 1.0]), torch.tensor([2.0, 2.0])).uncertainty
     tensor(0.2857)
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 16; Han et al., "Trusted Multi-View Classification", ICLR 2021.
     """
 
     def __init__(self, validate_args: bool | None = None) -> None:

@@ -59,6 +59,10 @@ class FlexibleOT(nn.Module):
     >>> result = fot(sim, query_mask)
     >>> result.assignment.shape, bool(result.plan[0, 3:].abs().sum() == 0)
     (torch.Size([4, 5, 32]), True)
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5.
     """
 
     def __init__(

@@ -43,6 +43,10 @@ class UncertaintyGuidedIdentifier(nn.Module):
     >>> sim = torch.tensor([[0.9, 0.8, 0.2], [0.9, 0.7, 0.8], [0.2, 0.6, 0.3]])
     >>> identifier(sim, sim, torch.tensor([0, 1, 2])).query_type  # precise, polysemous, under-determined
     tensor([0, 1, 2])
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 10-14.
     """
 
     def __init__(

@@ -68,6 +68,10 @@ class EvidentialRetrievalLoss(nn.Module):
     >>> frame_sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]], requires_grad=True)
     >>> loss = loss_fn(frame_sim, frame_sim.detach(), torch.tensor([0, 1]))
     >>> loss.backward()
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
 
     def __init__(

@@ -49,6 +49,10 @@ class IntraVideoEvidentialLoss(nn.Module):
     >>> loss_fn = IntraVideoEvidentialLoss.from_preset("release", dataset="tvr")
     >>> sim = torch.rand(4, 5, 32, requires_grad=True)
     >>> loss_fn(sim, torch.ones(4, 5, dtype=torch.bool)).backward()
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
 
     def __init__(

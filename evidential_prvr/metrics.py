@@ -34,17 +34,29 @@ def ranks_of_ground_truth(scores: torch.Tensor, gt: torch.Tensor, *, query_chunk
 
     Parameters
     ----------
-    scores : Tensor, shape [Nq, Nv]
-        Finite query-video scores (higher = more relevant).
-    gt : Tensor, shape [Nq], integer
-        Ground-truth video index of each query.
+    scores : torch.Tensor
+        ``[Nq, Nv]`` finite query-video scores (higher = more relevant).
+    gt : torch.Tensor
+        ``[Nq]`` integer ground-truth video index of each query.
     query_chunk : int
         Queries per block.
 
     Returns
     -------
-    Tensor, shape [Nq], int64
-        The ranks, on the device of ``scores``.
+    torch.Tensor
+        ``[Nq]`` int64 ranks, on the device of ``scores``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.metrics import ranks_of_ground_truth
+    >>> scores = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.7]])
+    >>> ranks_of_ground_truth(scores, torch.tensor([0, 1, 0]))
+    tensor([1, 1, 2])
+
+    References
+    ----------
+    Holmes (ICML 2026), §4.1 "Metrics"; Dong et al., "Partially Relevant Video Retrieval" (MS-SL), ACM MM 2022.
     """
     check_tensor(scores, "scores", ndim=2, floating=True)
     num_queries, num_videos = scores.shape
@@ -79,10 +91,10 @@ def recall_at_k(
 
     Parameters
     ----------
-    scores : Tensor or ndarray, shape [Nq, Nv]
-        Finite query-video scores.
-    gt : Tensor or ndarray, shape [Nq], integer
-        Ground-truth video index of each query.
+    scores : torch.Tensor or numpy.ndarray
+        ``[Nq, Nv]`` finite query-video scores.
+    gt : torch.Tensor or numpy.ndarray
+        ``[Nq]`` integer ground-truth video index of each query.
     ks : sequence of int
         Distinct cut-offs ``k >= 1``.
     query_chunk : int
@@ -92,6 +104,18 @@ def recall_at_k(
     -------
     dict
         ``{"R@1": ..., "R@5": ..., ..., "SumR": ...}`` with keys following ``ks``, as Python floats.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.metrics import recall_at_k
+    >>> scores = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.7]])
+    >>> {k: round(v, 1) for k, v in recall_at_k(scores, torch.tensor([0, 1, 0]), ks=(1, 2)).items()}
+    {'R@1': 66.7, 'R@2': 100.0, 'SumR': 166.7}
+
+    References
+    ----------
+    Holmes (ICML 2026), §4.1 "Metrics"; Dong et al., "Partially Relevant Video Retrieval" (MS-SL), ACM MM 2022.
     """
     scores_t = _as_tensor(scores, "scores")
     gt_t = _as_tensor(gt, "gt")

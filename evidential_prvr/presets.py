@@ -53,7 +53,18 @@ DATASET_ALIASES = {"tvr": "tvr", "activitynet": "activitynet", "act": "activityn
 
 
 def canonical_dataset(dataset: str) -> str:
-    """The canonical name of ``dataset`` (``"act"`` → ``"activitynet"``, ``"cha"`` → ``"charades"``)."""
+    """The canonical name of ``dataset`` (``"act"`` → ``"activitynet"``, ``"cha"`` → ``"charades"``).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import canonical_dataset
+    >>> canonical_dataset("act"), canonical_dataset("charades")
+    ('activitynet', 'charades')
+
+    References
+    ----------
+    The official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``): ``-d tvr|act|cha``.
+    """
     if not isinstance(dataset, str) or dataset not in DATASET_ALIASES:
         names = ", ".join(repr(d) for d in DATASET_ALIASES)
         raise ValueError(f"dataset must be one of {names}; got {dataset!r}")
@@ -81,6 +92,16 @@ class InterVideoSettings:
         γ of Eq. 15.
     fusion : str
         Partition fusion (Eq. 14: ``"uncertainty_dominant"``).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "activitynet").inter.tanh_scaling
+    'outside'
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 3-18; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     tau: float
@@ -114,6 +135,16 @@ class TransportSettings:
         (release), or uniform (App. B.5).
     grad : {"detach", "autodiff"}
         The plan is a stop-gradient label (both).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "tvr").transport.epsilon
+    0.1
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     epsilon: float = 0.1
@@ -137,6 +168,16 @@ class IntraVideoSettings:
         Evidence form (as in :class:`InterVideoSettings`).
     assignment : {"fot", "ot", "softmax"}
         Soft label: flexible transport (default) or the Table 3 ablations.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "tvr").intra.tau
+    0.06
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     tau: float
@@ -160,6 +201,16 @@ class BaseLossSettings:
         Video→text InfoNCE form.
     div_alpha, div_delta, div_lambda : float
         α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "tvr").base.margin
+    0.1
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1, Eq. 22-23; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     margin: float
@@ -174,7 +225,18 @@ class BaseLossSettings:
 @dataclass(frozen=True)
 class LossWeights:
     """Weights of Holmes Eq. 21-22: ``[nce_clip, nce_frame, div, intra, inter]`` (the release's
-    ``loss_factor``; the triplet terms have weight 1)."""
+    ``loss_factor``; the triplet terms have weight 1).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "tvr").weights.inter
+    0.2
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 21-22; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    """
 
     nce_clip: float
     nce_frame: float
@@ -199,6 +261,16 @@ class ScheduleSettings:
         Training stops once this many consecutive epochs brought no better validation SumR. The
         release stops when its counter *exceeds* ``max_es_cnt``, i.e. after ``max_es_cnt + 1``
         such epochs; that is the value stored here.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("paper", "tvr").schedule.warmup_stage_epochs
+    20
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.4 and §4.2; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     epochs: int = 100
@@ -225,6 +297,16 @@ class OptimizerSettings:
         Adam ε (1e-6, BERT).
     videos_per_batch : int
         Videos per training batch (each with all of its captions).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "activitynet").optimizer.lr
+    0.00025
+
+    References
+    ----------
+    Holmes (ICML 2026), App. A.1; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     lr: float
@@ -259,6 +341,16 @@ class ModelSettings:
         α_f, α_c of Eq. 2.
     initializer_range : float
         Standard deviation of the normal weight initialisation.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("paper", "activitynet").model.max_query_len
+    64
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.1, §4.2, App. A.1 and B.6; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
     dropout: float
@@ -277,7 +369,19 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class HolmesSettings:
-    """All constants of one (preset, data set); sections a paper preset cannot supply are ``None``."""
+    """All constants of one (preset, data set); sections a paper preset cannot supply are ``None``.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> settings = holmes_settings("release", "cha")
+    >>> settings.dataset, settings.intra.tau
+    ('charades', 0.08)
+
+    References
+    ----------
+    Holmes (ICML 2026); the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    """
 
     preset: str
     dataset: str | None
@@ -352,6 +456,18 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
     -------
     HolmesSettings
         Frozen dataclasses; change a value with :func:`dataclasses.replace` or :func:`apply_overrides`.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "tvr").inter.tau, holmes_settings("paper").inter.tau
+    (0.05, 0.1)
+    >>> holmes_settings("paper").weights is None  # the paper leaves the loss weights to its code
+    True
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2-3.4, §4.2 and App. A.1; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}; got {preset!r}")
@@ -390,6 +506,16 @@ def apply_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], owner: st
     """``kwargs`` updated with ``overrides``; an override that is not a parameter raises ``TypeError``.
 
     Used by every ``from_preset`` so that a misspelt override fails loudly instead of being ignored.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import apply_overrides
+    >>> apply_overrides({"tau": 0.1, "beta": 0.3}, {"tau": 0.05}, "EvidentialRetrievalLoss")
+    {'tau': 0.05, 'beta': 0.3}
+
+    References
+    ----------
+    Used by every ``from_preset`` of the package (Holmes, ICML 2026, and its release's presets).
     """
     unknown = sorted(set(overrides) - set(kwargs))
     if unknown:

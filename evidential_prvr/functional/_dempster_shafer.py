@@ -27,6 +27,17 @@ class DempsterShaferOutput:
         Fused epistemic uncertainty :math:`u^o` ``[...]``, always finite.
     conflict : torch.Tensor
         Conflict :math:`\\delta \\in [0, 1)` between the two inputs ``[...]``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import dempster_shafer_fusion
+    >>> dempster_shafer_fusion(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 3.0])).conflict
+    tensor(0.2500)
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 16.
     """
 
     alpha: torch.Tensor

@@ -44,6 +44,18 @@ class Opinion:
         Epistemic uncertainty :math:`u_i = K / S_i`, shape ``alpha.shape[:-1]``.
     strength : torch.Tensor
         Dirichlet strength :math:`S_i = \\sum_j \\alpha_{ij}`, shape ``alpha.shape[:-1]``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import opinion
+    >>> op = opinion(torch.tensor([[3.0, 1.0]]))
+    >>> op.strength, op.uncertainty + op.belief.sum(dim=-1)
+    (tensor([4.]), tensor([1.]))
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 5.
     """
 
     belief: torch.Tensor

@@ -70,6 +70,18 @@ class FlexibleOTResult:
     dustbin_value : torch.Tensor or None
         ``[B]`` the dustbin similarity :math:`z` of each video, when asked for with
         ``return_dustbin_value=True`` (0 when the dustbin is disabled); otherwise ``None``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import flexible_ot
+    >>> result = flexible_ot(torch.rand(2, 3, 8), return_dustbin_value=True)
+    >>> result.plan.shape, result.dustbin.shape, result.dustbin_value.shape
+    (torch.Size([2, 3, 8]), torch.Size([2, 8]), torch.Size([2]))
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 19-20.
     """
 
     plan: torch.Tensor
@@ -97,6 +109,18 @@ class POTProblem:
         Positions in ``Mq`` of the valid queries (the first rows of ``M``).
     clip_index : numpy.ndarray
         Positions in ``Mc`` of the valid clips (the columns of ``M``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import flexible_ot_pot_problems
+    >>> problem, = flexible_ot_pot_problems(torch.rand(1, 2, 4, dtype=torch.float64))
+    >>> problem.M.shape, problem.reg  # two queries and the dustbin, four clips
+    ((3, 4), 0.1)
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 20; Flamary et al., "POT: Python Optimal Transport", JMLR 2021.
     """
 
     a: np.ndarray
@@ -401,6 +425,10 @@ def flexible_ot_pot_problems(
     >>> problem, = flexible_ot_pot_problems(torch.tensor([[[0.9, 0.1]]], dtype=torch.float64))
     >>> problem.a, problem.b  # one query (1/3) and the dustbin (2/3); two clips
     (array([0.33333333, 0.66666667]), array([0.5, 0.5]))
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 20; Flamary et al., "POT: Python Optimal Transport", JMLR 2021.
     """
     settings = FOTSettings(epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, True)

@@ -52,7 +52,20 @@ FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
 
 
 class QueryType(IntEnum):
-    """Query categories, numbered by the uncertainty-dominance order of Holmes Eq. 13 (S_p ≺ S_n ≺ S_u)."""
+    """Query categories, numbered by the uncertainty-dominance order of Holmes Eq. 13 (S_p ≺ S_n ≺ S_u).
+
+    Examples
+    --------
+    >>> from evidential_prvr import QueryType
+    >>> QueryType.PRECISE < QueryType.POLYSEMOUS < QueryType.UNDERDETERMINED
+    True
+    >>> QueryType(2).name
+    'UNDERDETERMINED'
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 10, 12 and 13.
+    """
 
     PRECISE = 0
     POLYSEMOUS = 1
@@ -84,6 +97,19 @@ class BranchIdentification:
         0-D tensor :math:`\\beta_p` (Eq. 11).
     entropy_threshold : torch.Tensor
         0-D tensor, the median of ξ used by Eq. 12 (NaN under ``"candidates"`` when there is no candidate).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import identify
+    >>> sim = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.5, 0.4], [0.0, 0.1, 0.05]])
+    >>> frame = identify(sim, sim, torch.tensor([0, 1, 2])).frame
+    >>> frame.correctly_matched, frame.consistency_threshold
+    (tensor([ True,  True, False]), tensor(0.5000))
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 5, 7 and 9-12.
     """
 
     query_type: torch.Tensor
@@ -112,6 +138,19 @@ class Identification:
         Frame-scale branch.
     clip : BranchIdentification
         Clip-scale branch.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import identify
+    >>> sim = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.5, 0.4], [0.0, 0.1, 0.05]])
+    >>> result = identify(sim, sim, torch.tensor([0, 1, 2]))
+    >>> result.query_type, result.initial_query_type
+    (tensor([0, 1, 2]), tensor([0, 0, 2]))
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 10-14.
     """
 
     query_type: torch.Tensor

@@ -53,6 +53,19 @@ class InterVideoLossDetails:
         Calibrated labels :math:`\\hat{\\mathbf{y}}` ``[Q, V]`` (Eq. 15), detached.
     frame_alpha, clip_alpha, fused_alpha : torch.Tensor
         Dirichlet parameters ``[Q, V]`` of the three opinions (with gradients).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import inter_video_loss
+    >>> sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]])
+    >>> details = inter_video_loss(sim, sim, torch.tensor([0, 1]), return_details=True)
+    >>> details.target.shape, details.fused_alpha.shape
+    (torch.Size([2, 2]), torch.Size([2, 2]))
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 15-18.
     """
 
     loss: torch.Tensor

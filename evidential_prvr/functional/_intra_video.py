@@ -48,6 +48,18 @@ class IntraVideoLossDetails:
         ``[B, Mq, Mc]`` the stop-gradient soft labels (rows sum to 1 over valid clips).
     transport : FlexibleOTResult or None
         The transport result (None for ``assignment="softmax"``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import intra_video_loss
+    >>> details = intra_video_loss(torch.rand(2, 3, 8), return_details=True)
+    >>> details.per_query.shape, details.per_video.shape, bool(details.target.sum(-1).allclose(torch.ones(2, 3)))
+    (torch.Size([2, 3]), torch.Size([2]), True)
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 and Eq. 17.
     """
 
     loss: torch.Tensor

@@ -420,6 +420,19 @@ class BaseRetrievalLossDetails:
         InfoNCE of the frame and clip branch (before weighting).
     diversity : torch.Tensor
         Query-diversity loss (before weighting).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import base_retrieval_loss
+    >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8]])
+    >>> details = base_retrieval_loss(sim, sim, torch.eye(2), torch.tensor([0, 1]), return_details=True)
+    >>> details.frame_nce
+    tensor(0.8761)
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
 
     loss: torch.Tensor

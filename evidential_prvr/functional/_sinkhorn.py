@@ -56,6 +56,17 @@ def scaling_range_bound(dtype: torch.dtype) -> float:
     496 in float64. Within it every Gibbs-matrix entry :math:`e^{C - \\max C}` is a normal number, and the
     remaining 30% (about 26 in float32) leaves room for :math:`\\log` of the sizes and marginal ratios
     that the scaling vectors also carry, so they stay finite and non-zero.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import scaling_range_bound
+    >>> round(scaling_range_bound(torch.float32), 1), round(scaling_range_bound(torch.float64), 1)
+    (61.1, 495.9)
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.5, Eq. 32-34; Peyré and Cuturi, "Computational Optimal Transport", 2019, §4.4.
     """
     return _SCALING_SAFETY * -math.log(torch.finfo(dtype).tiny)
 
@@ -91,6 +102,10 @@ def select_sinkhorn_method(
     'scaling'
     >>> select_sinkhorn_method(torch.rand(4, 3, 5), epsilon=1e-3)
     'log'
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.5; Peyré and Cuturi, "Computational Optimal Transport", 2019, §4.4.
     """
     check_tensor(scores, "scores", ndim=3, floating=True)
     check_positive(epsilon, "epsilon")

@@ -67,6 +67,10 @@ def positive_mask(
     >>> positive_mask(torch.tensor([1, 0]), num_videos=3, num_queries=2)
     tensor([[False,  True, False],
             [ True, False, False]])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 7 and 11 (the label :math:`\\mathbf{y}_i`).
     """
     check_tensor(query_video, name, ndim=(1, 2))
     if query_video.dim() == 1:
@@ -109,6 +113,10 @@ def normalized_target(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     >>> from evidential_prvr.functional import normalized_target
     >>> normalized_target(torch.tensor([[True, True, False]]), torch.float64)
     tensor([[0.5000, 0.5000, 0.0000]], dtype=torch.float64)
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 7, 15 and 17 (the label :math:`\\mathbf{y}_i`).
     """
     y = mask.to(dtype)
     return y / y.sum(dim=-1, keepdim=True).clamp_min(1.0)
@@ -137,6 +145,10 @@ def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: str = "any_po
     tensor([True])
     >>> correctly_matched(sim, torch.tensor([[False, True, False]]), "argmax")
     tensor([False])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 11; the ``"argmax"`` rule follows the official release.
     """
     check_choice(rule, "matched", MATCH_RULES)
     if rule == "argmax":

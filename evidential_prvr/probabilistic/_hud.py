@@ -49,7 +49,7 @@ class ProbabilisticTextEmbedding(nn.Module):
     where :math:`\\operatorname{CA}(q, kv)` is cross-attention with the holistic text token as the
     single query and the reference video tokens :math:`F_r` ``[B, T, D]`` as keys/values; the two
     cross-attentions have separate weights (Eq. 2's subscripts). Samples (Eq. 3) come from
-    ``output.sample(n, generator=...)``, see :func:`~evidential_prvr.probabilistic.reparameterised_sample`.
+    ``output.sample(n, generator=...)``, see :func:`~evidential_prvr.functional.reparameterised_sample`.
 
     Choices: HUD's :math:`\\sigma` head is "a single linear layer" whose output multiplies the
     noise directly; here that linear output is read as :math:`\\log\\sigma^2` (the library-wide
@@ -62,11 +62,23 @@ class ProbabilisticTextEmbedding(nn.Module):
         Holistic embedding size :math:`D_H`.
     num_heads : int, default 1
         Heads of each cross-attention (HUD does not say); must divide ``dim``.
-    logvar_bounds : tuple of float, default (-6.0, 2.0)
-        Clipping range of :math:`\\log\\sigma^2` (a library choice; HUD does not clip).
+    logvar_bounds : tuple of float
+        Clipping range of :math:`\\log\\sigma^2` (a library choice; HUD does not clip); default ``(-6.0, 2.0)``.
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import ProbabilisticTextEmbedding
+    >>> text = ProbabilisticTextEmbedding(16)(torch.randn(4, 16), torch.randn(4, 5, 16))
+    >>> text.mu.shape, text.sample(3).shape
+    (torch.Size([4, 16]), torch.Size([4, 3, 16]))
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 2-3.
     """
 
     def __init__(
@@ -142,9 +154,21 @@ class ComposeByWeights(nn.Module):
         Embedding size :math:`D_H`.
     hidden_dim : int, optional
         Hidden size of the MLP (default ``dim``).
+
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import ComposeByWeights
+    >>> ComposeByWeights(16)(torch.randn(4, 16), torch.randn(4, 3, 16)).shape  # three samples per query
+    torch.Size([4, 3, 16])
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 4-5.
     """
 
     def __init__(self, dim: int, hidden_dim: int | None = None, *, validate_args: bool | None = None) -> None:
@@ -188,7 +212,7 @@ class ComposeByWeights(nn.Module):
 class BiasedMaxSimilarity(nn.Module):
     """HUD's similarity with a learnable per-token bias :math:`\\mathbf{b}` (Eq. 10-11).
 
-    Wraps :func:`~evidential_prvr.probabilistic.biased_max_similarity`; the bias starts at zero
+    Wraps :func:`~evidential_prvr.functional.biased_max_similarity`; the bias starts at zero
     (HUD does not give an initialisation), i.e. plain softmax-weighted token similarities.
 
     Parameters
@@ -196,10 +220,21 @@ class BiasedMaxSimilarity(nn.Module):
     num_tokens : int
         Number :math:`K` of composed tokens (holistic: :math:`1 + U`).
     token_matching : {"max", "paired"}
-        See :func:`~evidential_prvr.probabilistic.biased_max_similarity`.
+        See :func:`~evidential_prvr.functional.biased_max_similarity`.
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import BiasedMaxSimilarity
+    >>> BiasedMaxSimilarity(num_tokens=4)(torch.randn(2, 4, 16), torch.randn(3, 4, 16)).shape
+    torch.Size([2, 3])
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 10-11.
     """
 
     def __init__(self, num_tokens: int, *, token_matching: str = "max", validate_args: bool | None = None) -> None:
@@ -238,12 +273,23 @@ class _SimilarityPairLoss(nn.Module):
 
 
 class BatchClassificationLoss(_SimilarityPairLoss):
-    """HUD's :math:`\\mathcal{L}_{rank}` (Eq. 12); see :func:`~evidential_prvr.probabilistic.batch_classification_loss`.
+    """HUD's :math:`\\mathcal{L}_{rank}` (Eq. 12); see :func:`~evidential_prvr.functional.batch_classification_loss`.
 
     Parameters
     ----------
     tau : float, default 0.1
         Temperature (HUD: 0.1).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import BatchClassificationLoss
+    >>> BatchClassificationLoss()(torch.zeros(2, 2), torch.zeros(2, 2))
+    tensor(0.6931)
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 12.
     """
 
     _loss = staticmethod(batch_classification_loss)
@@ -251,12 +297,23 @@ class BatchClassificationLoss(_SimilarityPairLoss):
 
 class HolisticAtomisticConsistencyLoss(_SimilarityPairLoss):
     """HUD's :math:`\\mathcal{L}_{H\\leftrightarrow A}` (Eq. 13-14); see
-    :func:`~evidential_prvr.probabilistic.holistic_atomistic_consistency_loss`.
+    :func:`~evidential_prvr.functional.holistic_atomistic_consistency_loss`.
 
     Parameters
     ----------
     tau : float, default 0.1
         Temperature (HUD: 0.1).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import HolisticAtomisticConsistencyLoss
+    >>> HolisticAtomisticConsistencyLoss()(torch.eye(3), torch.eye(3))  # equal distributions
+    tensor(0.)
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 13-14.
     """
 
     _loss = staticmethod(holistic_atomistic_consistency_loss)
