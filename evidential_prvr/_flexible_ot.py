@@ -102,7 +102,8 @@ class FlexibleOT(nn.Module):
         ``"paper"`` (our reading of §3.3 and App. B.5): the raw similarities (the paper mentions no
         normalisation), the dustbin at the bottom 30%, uniform marginals (App. B.5), 50 iterations,
         ε = 0.1 (not given in the paper; the release value), stop-gradient plan (a label, Eq. 17).
-        ``dataset`` is accepted for both (the values do not depend on it).
+        ``dataset`` is required for ``"release"`` and optional for ``"paper"``, as for every preset, though
+        the transport settings are the same for all three data sets.
         """
         t = holmes_settings(preset, dataset).transport
         kwargs = dict(epsilon=t.epsilon, n_iters=t.n_iters, dustbin_quantile=t.dustbin_quantile,
