@@ -148,6 +148,22 @@ def test_non_finite_scores_refused_by_the_library_are_reported_as_divergence(spl
         trainer.fit()
 
 
+def test_off_cpu_the_first_bad_step_is_reported_at_the_end_of_the_epoch():
+    watch = trainer_module._DivergenceWatch(torch.device("cpu"), epoch=2, lr=1e-3)
+    watch.immediate = False  # the path taken on CUDA and other devices, without a sync per step
+    finite, nan = torch.tensor(1.0), torch.tensor(float("nan"))
+    watch.observe(0, finite, torch.tensor(0.5))
+    watch.observe(1, finite, torch.tensor(float("inf")))  # gradient norm
+    watch.observe(2, nan, None)
+    with pytest.raises(TrainingDivergedError) as info:
+        watch.finish()
+    assert (info.value.epoch, info.value.step) == (3, 2)
+    clean = trainer_module._DivergenceWatch(torch.device("cpu"), epoch=0, lr=1e-3)
+    clean.immediate = False
+    clean.observe(0, finite, None)
+    clean.finish()
+
+
 # --- resume refuses other settings, naming what differs ---------------------------------------------
 def test_resume_names_the_config_field_and_the_seed_that_differ(splits, tmp_path):
     make_trainer(splits, tmp_path).fit()
