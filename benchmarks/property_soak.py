@@ -31,10 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_finite_outputs.py",
-               f"--hypothesis-profile={args.profile}", "--hypothesis-show-statistics", "-k",
+               "--hypothesis-show-statistics", "-k",
                f"test_outputs_are_finite{' and (' + args.keyword + ')' if args.keyword else ''}"]
     start = time.perf_counter()
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HYPOTHESIS_PROFILE": args.profile})
     seconds = time.perf_counter() - start
     examples = re.findall(r"test_outputs_are_finite\[(\w+)\]:\s*\n\s*- during generate phase.*?(\d+) passing", run.stdout,
                           re.S)

@@ -2,7 +2,11 @@
 
 ``train``
     Train on a data root in the MS-SL/GMMFormer layout and write ``<output-dir>/results.json`` with the
-    test metrics (the ``val`` split stands in for ``test`` when a collection has no test captions, as for TVR).
+    test metrics. Only when the collection has *no* test caption file (as MS-SL's TVR) does the ``val``
+    split stand in for ``test``, with a warning, a marked table row and ``"test_split": "val"`` plus a
+    ``"test_split_note"`` in ``results.json``; any other problem with the test file fails the command.
+    A folder that already holds a run is refused unless ``--resume`` or ``--overwrite`` is given, and the
+    folder is locked for the run's duration.
 ``evaluate``
     Score a checkpoint (``best.pt`` or ``last.pt``) on a split.
 ``validate``
@@ -10,6 +14,9 @@
 ``demo``
     Write the embedded benchmark, train Holmes and the MIL baseline (and the DAB variant with
     ``--with-dab``), print a results table and write ``<output-dir>/results.json``.
+
+Exit status: 0 on success; 2 for a problem the user can fix (bad data, flag, value, file or folder),
+reported as one line on standard error naming it, without a traceback. A traceback means a bug.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -25,23 +33,84 @@ from typing import Any
 
 import torch
 
+from reference_models.holmes.checkpoint import atomic_write
 from reference_models.holmes.config import ABLATIONS, PRESETS, HolmesConfig, preset
 from reference_models.holmes.data import (
     DataValidationError,
+    PRVRSplit,
     generate_embedded_benchmark,
     load_split,
     read_planted_types,
     validate_data_root,
+    video_overlap_warnings,
 )
+from reference_models.holmes.data.layout import CollectionPaths
+from reference_models.holmes.errors import UserError
 
 __all__ = ["main", "build_parser", "run_comparison"]
 
-EXIT_INVALID_DATA = 2
+#: Exit status of a problem the user can fix (one line on standard error, no traceback).
+EXIT_USER_ERROR = 2
+EXIT_INVALID_DATA = EXIT_USER_ERROR
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on standard error (exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# --- argument types: each names what it expects and what it got ---------------------------------------
+def _int_at_least(minimum: int, why: str = "") -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}{why}, got {value}")
+        return value
+
+    return parse
+
+
+def _learning_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _device(text: str) -> str:
+    """A device this machine has: ``cpu``, ``cuda``/``cuda:N`` with CUDA present, ``mps`` where available."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a torch device: {text!r} (e.g. cpu, cuda, cuda:1)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+            )
+    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine; use --device cpu")
+    return text
+
+
+_BATCH_WHY = " (a video's only negatives are the other videos of its batch)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of all four subcommands."""
-    parser = argparse.ArgumentParser(prog="python -m reference_models.holmes", description=__doc__.splitlines()[0])
+    """The argument parser of all four subcommands (usage errors are one line, exit status 2)."""
+    parser = _OneLineParser(prog="python -m reference_models.holmes", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def data_args(p: argparse.ArgumentParser) -> None:
@@ -50,10 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--visual-feature", default="i3d_resnet", help="FeatureData sub-folder (default: i3d_resnet)")
 
     def run_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+        p.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu",
                        help="torch device (default: cuda when available, else cpu)")
-        p.add_argument("--seed", type=int, default=0, help="seed of every generator and the batch order")
-        p.add_argument("--num-workers", type=int, default=0, help="data-loader worker processes")
+        p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of every generator and the batch order")
+        p.add_argument("--num-workers", type=_int_at_least(0), default=0, help="data-loader worker processes")
         p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
 
     train = sub.add_parser("train", help="train a model and write results.json with the test metrics")
@@ -63,11 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="hyperparameter preset (default: embedded, suited to small data sets)")
     train.add_argument("--config-file", type=Path, help="JSON config (overrides --config)")
     train.add_argument("--ablation", choices=sorted(ABLATIONS), default="full", help="Table 3 row / baseline / dab")
-    train.add_argument("--epochs", type=int, help="override the preset's number of epochs")
-    train.add_argument("--videos-per-batch", type=int, help="override the preset's videos per batch")
-    train.add_argument("--lr", type=float, help="override the preset's learning rate")
+    train.add_argument("--epochs", type=_int_at_least(1), help="override the preset's number of epochs")
+    train.add_argument("--videos-per-batch", type=_int_at_least(2, _BATCH_WHY),
+                       help="override the preset's videos per batch (>= 2)")
+    train.add_argument("--lr", type=_learning_rate, help="override the preset's learning rate")
     train.add_argument("--output-dir", type=Path, default=Path("runs/holmes"), help="checkpoints, log, results.json")
-    train.add_argument("--resume", action="store_true", help="continue from <output-dir>/last.pt")
+    again = train.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue the run in <output-dir> from its last.pt")
+    again.add_argument("--overwrite", action="store_true",
+                       help="replace the run in <output-dir> (its checkpoints, log and results) with a new one")
     train.add_argument("--amp", action="store_true", help="mixed precision (torch.autocast)")
 
     evaluate = sub.add_parser("evaluate", help="score a checkpoint on a split")
@@ -83,41 +156,86 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="embedded benchmark: Holmes vs the MIL baseline")
     run_args(demo)
     demo.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="data, runs and results.json")
-    demo.add_argument("--epochs", type=int, help="override the embedded preset's number of epochs")
-    demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant (issue 5)")
+    demo.add_argument("--epochs", type=_int_at_least(1), help="override the embedded preset's number of epochs")
+    demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the process exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point; returns the process exit status (0 ok, 2 a problem the user can fix)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it already
+        return exc.code if isinstance(exc.code, int) else EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo}[args.command]
     try:
         return handler(args)
-    except DataValidationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID_DATA
+    except UserError as exc:
+        _print_line("error", _user_message(exc))
+    except OSError as exc:  # reading or writing a named file failed (permissions, disk full, ...)
+        if exc.filename is None:
+            raise
+        _print_line("error", f"{exc.filename}: {exc.strerror or exc}")
+    return EXIT_USER_ERROR
+
+
+def _user_message(exc: UserError) -> str:
+    """The one-line message of a user error, phrased for the command line."""
+    from reference_models.holmes.trainer import TrainingDivergedError
+
+    if isinstance(exc, TrainingDivergedError):
+        return f"loss became non-finite at epoch {exc.epoch} step {exc.step}; lower --lr (it is {exc.lr:g})"
+    return str(exc)
+
+
+def _print_line(kind: str, message: str) -> None:
+    """``<kind>: <message>`` as exactly one line on standard error."""
+    text = re.sub(r"\s*[\r\n]+\s*", " ", str(message).strip())
+    print(f"{kind}: {text}", file=sys.stderr, flush=True)
 
 
 # --- validate -------------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
     try:
-        validate_data_root(args.data_root, args.collection, args.visual_feature)
+        warnings = validate_data_root(args.data_root, args.collection, args.visual_feature)
     except DataValidationError as exc:
-        print(f"invalid data root: {exc}", file=sys.stderr)
+        _print_line("invalid data root", str(exc))
         return EXIT_INVALID_DATA
     except (OSError, ValueError) as exc:  # anything else the data raises: still one line, no traceback
-        print(f"invalid data root: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        _print_line("invalid data root", f"{type(exc).__name__}: {exc}")
         return EXIT_INVALID_DATA
+    for warning in warnings:
+        _print_line("warning", warning)
     print(f"ok: {Path(args.data_root) / args.collection} ({args.visual_feature})")
     return 0
 
 
 # --- train ----------------------------------------------------------------------------------------
+def _read_config_file(path: Path) -> HolmesConfig:
+    """The config in the JSON file ``path``, or a :class:`UserError` naming ``--config-file`` and the problem."""
+    flag = f"--config-file {path}"
+    if not path.exists():
+        raise UserError(f"{flag}: no such file")
+    if path.is_dir():
+        raise UserError(f"{flag}: is a folder, expected a JSON file")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{flag}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{flag}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    try:
+        return HolmesConfig.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{flag}: {exc}") from None
+
+
 def _config_from_args(args: argparse.Namespace) -> HolmesConfig:
-    cfg = HolmesConfig.from_json(args.config_file) if args.config_file else preset(args.config)
-    if args.ablation != "full":
-        cfg = cfg.with_ablation(args.ablation)
+    source = f"--config-file {args.config_file}" if args.config_file else f"--config {args.config}"
+    cfg = _read_config_file(args.config_file) if args.config_file else preset(args.config)
     optim: dict[str, Any] = {}
     if args.epochs is not None:
         optim["epochs"] = args.epochs
@@ -125,20 +243,65 @@ def _config_from_args(args: argparse.Namespace) -> HolmesConfig:
         optim["videos_per_batch"] = args.videos_per_batch
     if args.lr is not None:
         optim["lr"] = args.lr
-    return cfg.replace(optim=optim) if optim else cfg
+    try:
+        if args.ablation != "full":
+            cfg = cfg.with_ablation(args.ablation)
+        cfg = cfg.replace(optim=optim) if optim else cfg
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"{source} with the given overrides: {exc}") from None
+    if cfg.optim.videos_per_batch < 2:
+        raise UserError(f"{source}: optim.videos_per_batch must be >= 2{_BATCH_WHY}, "
+                        f"got {cfg.optim.videos_per_batch}")
+    return cfg
 
 
-def _load_splits(root, collection, feature, cfg: HolmesConfig, names: Sequence[str]) -> dict[str, Any]:
-    splits: dict[str, Any] = {}
+def _load_splits(root, collection, feature, cfg: HolmesConfig,
+                 names: Sequence[str]) -> tuple[dict[str, PRVRSplit], str | None]:
+    """The named splits, and a note when ``val`` stands in for a missing test caption file (else ``None``).
+
+    Only a *missing* test file falls back to ``val`` (MS-SL's TVR has none), with a warning on standard
+    error; any other problem with it (a duplicate caption id, bad encoding, ...) raises.
+    """
+    splits: dict[str, PRVRSplit] = {}
+    note = None
+    test_file = CollectionPaths(Path(root), collection, feature).caption_file("test")
     for name in names:
-        try:
-            splits[name] = load_split(root, collection, feature, name, max_query_len=cfg.optim.max_query_len)
-        except DataValidationError:
-            if name != "test":
-                raise
-            # MS-SL's TVR (and some other releases) evaluate on val: use it when there is no test file.
+        if name == "test" and not test_file.exists():
+            if "val" not in splits:
+                splits["val"] = load_split(root, collection, feature, "val", max_query_len=cfg.optim.max_query_len)
             splits[name] = splits["val"]
-    return splits
+            note = f"no test caption file {test_file}: the val split is reported in place of test"
+            _print_line("warning", note)
+            continue
+        splits[name] = load_split(root, collection, feature, name, max_query_len=cfg.optim.max_query_len)
+    return splits, note
+
+
+def _warn_shared_videos(splits: dict[str, PRVRSplit], root, collection, feature) -> None:
+    """Warn (standard error) about evaluation splits that share videos with the training split."""
+    distinct = {name: split.video_ids for name, split in splits.items()
+                if not (name == "test" and split is splits.get("val"))}  # val standing in for test: once
+    for warning in video_overlap_warnings(distinct, CollectionPaths(Path(root), collection, feature)):
+        _print_line("warning", warning)
+
+
+def _claim_output_folder(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a folder that holds a run unless ``--resume`` or ``--overwrite`` says what to do with it."""
+    from reference_models.holmes.run_folder import OutputFolderError, existing_run_files
+
+    found = existing_run_files(out)
+    if not found or overwrite:
+        return
+    if not resume:
+        raise OutputFolderError(
+            f"--output-dir {out} already holds a run ({', '.join(found)}); add --resume to continue it or "
+            f"--overwrite to replace it"
+        )
+    if "last.pt" not in found and ({"best.pt", "results.json"} & set(found)):
+        raise OutputFolderError(
+            f"--output-dir {out} holds a run ({', '.join(found)}) but no last.pt to resume from; add --overwrite "
+            f"(instead of --resume) to replace it"
+        )
 
 
 def _planted(root, collection) -> dict[str, str] | None:
@@ -149,17 +312,45 @@ def _planted(root, collection) -> dict[str, str] | None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.run_folder import RunLock, prepare_output_folder
 
     cfg = _config_from_args(args)
-    splits = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, ("train", "val", "test"))
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg.to_json(out / "config.json")
+    data = (args.data_root, args.collection, args.visual_feature)
+    splits, test_note = _load_splits(*data, cfg, ("train", "val", "test"))
+    _warn_shared_videos(splits, *data)
+    out = prepare_output_folder(args.output_dir)
+    with RunLock(out) as lock:
+        if lock.takeover:
+            _print_line("note", lock.takeover)
+        return _train_locked(args, cfg, splits, test_note, out)
+
+
+def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str, PRVRSplit], test_note: str | None,
+                  out: Path) -> int:
+    """The part of ``train`` that runs while this process holds the output folder's lock."""
+    from reference_models.holmes.checkpoint import CheckpointError, remove_orphan_temporaries
+    from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.run_folder import clear_run
+    from reference_models.holmes.trainer import Trainer
+
+    _claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
+    for path in remove_orphan_temporaries(out):
+        _print_line("note", f"removed {path}, left by an interrupted checkpoint write")
+    # Fail in seconds, not at the first validation or the final test, on bad evaluation features.
+    for name in dict.fromkeys(("val", "test")):
+        splits[name].check_features()
     trainer = Trainer(cfg, splits["train"], splits["val"], out, device=args.device, seed=args.seed, amp=args.amp,
                       show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True)
-    result = trainer.fit(resume=args.resume)
+    if args.resume:
+        try:
+            trainer.resume()  # refuses another config, seed or data before anything is written
+        except CheckpointError as exc:
+            raise UserError(f"cannot resume: {exc}; restore it, or start over with --overwrite") from None
+    elif args.overwrite:
+        for path in clear_run(out):
+            trainer.logger.info("--overwrite: removed %s", path)
+    _write_text(out / "config.json", cfg.to_json() + "\n")
+    result = trainer.fit()
     model = trainer.load_best()
     planted = _planted(args.data_root, args.collection)
     test = evaluate_retrieval(model, splits["test"], cfg, device=args.device, planted_types=planted,
@@ -168,6 +359,7 @@ def _train(args: argparse.Namespace) -> int:
         "config": cfg.to_dict(),
         "seed": args.seed,
         "test_split": splits["test"].split,
+        **({"test_split_note": test_note} if test_note else {}),
         "test": test.to_dict(),
         "best_val_sumr": result.best_sumr,
         "best_epoch": result.best_epoch,
@@ -177,33 +369,50 @@ def _train(args: argparse.Namespace) -> int:
                        "parameters_millions": model_parameters(model) / 1e6},
     }
     _write_json(out / "results.json", results)
-    print(_format_table({cfg.name: results["test"]}))
+    print(_format_table({_row_name(cfg.name, test_note): results["test"]}))
+    if test_note:
+        print(f"note: {test_note}")
     print(f"results written to {out / 'results.json'}")
     return 0
 
 
+def _row_name(name: str, note: str | None, split: str | None = None) -> str:
+    """A table row's label: the config name (and ``split``), marked loudly when val stands in for test."""
+    if note:
+        return f"{name} (VAL split: no test file)"
+    return f"{name} ({split})" if split else name
+
+
 # --- evaluate -------------------------------------------------------------------------------------
 def _evaluate(args: argparse.Namespace) -> int:
-    from reference_models.holmes.checkpoint import load_checkpoint
+    from reference_models.holmes.checkpoint import CheckpointError, load_checkpoint, require_keys
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.factory import build_model
     from reference_models.holmes.objective import HolmesObjective
 
     state = load_checkpoint(args.checkpoint, map_location=args.device)
-    cfg = HolmesConfig.from_dict(state["config"])
-    split = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, ("val", args.split))[args.split]
+    require_keys(state, args.checkpoint, ("config", "model", "visual_dim", "text_dim", "n_clips", "n_frames"))
+    try:
+        cfg = HolmesConfig.from_dict(state["config"])
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(args.checkpoint, f"its config is not valid here ({exc})") from None
+    names = ("val", args.split) if args.split == "test" else (args.split,)
+    splits, note = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, names)
+    split = splits[args.split]
     if (split.visual_dim, split.text_dim) != (state["visual_dim"], state["text_dim"]):
-        print(f"error: checkpoint expects (D_v, D_t) = ({state['visual_dim']}, {state['text_dim']}), "
-              f"data has ({split.visual_dim}, {split.text_dim})", file=sys.stderr)
-        return EXIT_INVALID_DATA
+        raise UserError(f"checkpoint {args.checkpoint} expects (D_v, D_t) = ({state['visual_dim']}, "
+                        f"{state['text_dim']}), the data under --data-root have ({split.visual_dim}, {split.text_dim})")
     model = build_model(cfg, split.visual_dim, split.text_dim, state["n_clips"], state["n_frames"]).to(args.device)
     model.load_state_dict(state["model"])
     identifier = HolmesObjective(cfg, cfg.model.hidden_size).identifier()
     result = evaluate_retrieval(model, split, cfg, device=args.device, identifier=identifier,
                                 planted_types=_planted(args.data_root, args.collection))
-    print(_format_table({f"{cfg.name} ({split.split})": result.to_dict()}))
+    print(_format_table({_row_name(cfg.name, note, split.split): result.to_dict()}))
+    if note:
+        print(f"note: {note}")
     if args.output:
-        _write_json(args.output, result.to_dict())
+        extra = {"split": split.split, **({"split_note": note} if note else {})}
+        _write_json(args.output, {**result.to_dict(), **extra}, flag="--output")
     return 0
 
 
@@ -250,7 +459,7 @@ def run_comparison(
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
     from reference_models.holmes.trainer import Trainer
 
-    splits = _load_splits(data_root, collection, visual_feature, config, ("train", "val", "test"))
+    splits, _ = _load_splits(data_root, collection, visual_feature, config, ("train", "val", "test"))
     planted = _planted(data_root, collection)
     variants = {"holmes": config.with_ablation("full"), "baseline": config.with_ablation("baseline")}
     if with_dab:
@@ -286,13 +495,19 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    data = _finite_or_none(data)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def _write_text(path: Path, text: str, flag: str | None = None) -> None:
+    """Write ``text`` to ``path`` atomically; an OS error becomes a :class:`UserError` naming the file (and flag)."""
+    try:
+        atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+    except OSError as exc:
+        where = f"{flag} {path}" if flag else str(path)
+        raise UserError(f"{where}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _write_json(path: Path, data: dict[str, Any], flag: str | None = None) -> None:
+    """Strict JSON (NaN/inf as ``null``), written atomically."""
+    text = json.dumps(_finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    _write_text(Path(path), text, flag)
 
 
 def _pct(value: float | None) -> str:

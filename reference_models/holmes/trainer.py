@@ -18,11 +18,19 @@ on ``(seed, epoch)`` (:meth:`TrainLoader.set_epoch`); the random triplet negativ
 the global torch generator, whose state is saved at the end of every epoch and restored on ``resume``. So
 a run interrupted after any epoch and resumed with the same config and seed ends with the same weights
 and metrics as an uninterrupted run (bit for bit on CPU; on GPU up to non-deterministic kernels).
+
+**Refusals.** ``last.pt`` also records a fingerprint of the data (:meth:`PRVRSplit.fingerprint` of the
+training and validation splits); :meth:`Trainer.resume` raises :class:`ResumeMismatchError` saying what
+differs when the config, the seed or the data are not those of the checkpoint, before anything is loaded
+or written. A loss (or gradient norm, without AMP's gradient scaling) that stops being finite raises
+:class:`TrainingDivergedError` with the epoch and step, before the step is applied (on CPU; on other
+devices at the end of the epoch, to avoid a synchronisation per step) and before any checkpoint is written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -36,20 +44,48 @@ from torch import nn
 from reference_models.holmes.checkpoint import (
     capture_rng_state,
     load_checkpoint,
+    require_keys,
     restore_rng_state,
     save_checkpoint,
     seed_everything,
 )
 from reference_models.holmes.config import HolmesConfig
-from reference_models.holmes.data import PRVRSplit, make_train_loader
+from reference_models.holmes.data import PRVRSplit, fingerprint_differences, make_train_loader
+from reference_models.holmes.errors import UserError
 from reference_models.holmes.evaluate import evaluate_retrieval
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
 from reference_models.holmes.optimization import build_optimizer, build_scheduler
 
-__all__ = ["TrainResult", "Trainer", "autocast_context"]
+__all__ = ["TrainResult", "Trainer", "autocast_context", "ResumeMismatchError", "TrainingDivergedError"]
 
 LOGGER_NAME = "reference_models.holmes"
+
+#: Keys a ``last.pt`` must hold to be resumed from.
+_RESUME_KEYS = ("config", "seed", "epoch", "model", "objective", "optimizer", "scheduler", "scaler", "rng",
+                "best_sumr", "best_epoch", "bad_epochs", "history")
+
+
+class ResumeMismatchError(UserError, ValueError):
+    """``last.pt`` was written with another config, seed or data set than the run that tries to resume it."""
+
+
+class TrainingDivergedError(UserError, ArithmeticError):
+    """The loss (or the gradient norm) stopped being finite.
+
+    Attributes
+    ----------
+    epoch, step : int
+        Where, counted from 1.
+    lr : float
+        The configured learning rate.
+    """
+
+    def __init__(self, epoch: int, step: int, lr: float) -> None:
+        self.epoch, self.step, self.lr = epoch, step, lr
+        super().__init__(
+            f"loss became non-finite at epoch {epoch} step {step}; lower the learning rate (optim.lr = {lr:g})"
+        )
 
 
 @dataclass
@@ -169,7 +205,9 @@ class Trainer:
         self.best_epoch = -1
         self.bad_epochs = 0
         self.history: list[dict[str, Any]] = []
-        self._writer = _tensorboard_writer(self.output_dir / "tensorboard")
+        self._writer: Any = None  # TensorBoard writer, created with the first epoch's scalars
+        self._writer_tried = False
+        self._fingerprint: dict[str, Any] | None = None
 
     # --- checkpoints ------------------------------------------------------------------------------
     @property
@@ -185,10 +223,17 @@ class Trainer:
         return {"visual_dim": split.visual_dim, "text_dim": split.text_dim, "n_clips": split.n_clips,
                 "n_frames": split.n_frames}
 
+    def data_fingerprint(self) -> dict[str, Any]:
+        """The fingerprints of the training and validation data (stored in ``last.pt``, checked on resume)."""
+        if self._fingerprint is None:
+            self._fingerprint = {"train": self.train_split.fingerprint(), "val": self.val_split.fingerprint()}
+        return self._fingerprint
+
     def _state(self, epoch: int) -> dict[str, Any]:
         return {
             "config": self.config.to_dict(),
             "seed": self.seed,
+            "data": self.data_fingerprint(),
             **self._dims(),
             "epoch": epoch,
             "model": self.model.state_dict(),
@@ -203,19 +248,53 @@ class Trainer:
             "history": self.history,
         }
 
+    def check_resumable(self, state: dict[str, Any], path: str | Path) -> None:
+        """Raise :class:`ResumeMismatchError` unless ``state`` (a ``last.pt``) has this run's config, seed and data.
+
+        The message lists what differs, as ``<what> <checkpoint's> vs <this run's>``. A checkpoint of an
+        older version without a data fingerprint is checked on its feature sizes only.
+        """
+        require_keys(state, path, _RESUME_KEYS)
+        try:
+            saved = HolmesConfig.from_dict(state["config"])
+        except (TypeError, ValueError) as exc:
+            raise ResumeMismatchError(f"cannot resume from {path}: its config is not valid here ({exc})") from None
+        problems: list[str] = []
+        if saved != self.config:
+            changes = fingerprint_differences(saved.to_dict(), self.config.to_dict(), sep=".")
+            problems.append(f"different config ({', '.join(changes)})")
+        if state["seed"] != self.seed:
+            problems.append(f"different seed ({state['seed']} vs {self.seed})")
+        if "data" in state:
+            changes = fingerprint_differences(state["data"], self.data_fingerprint())
+        else:
+            changes = [f"{k} {state[k]} vs {v}" for k, v in self._dims().items() if k in state and state[k] != v]
+        if changes:
+            problems.append(f"different data ({', '.join(changes[:6])}{', ...' if len(changes) > 6 else ''})")
+        if problems:
+            raise ResumeMismatchError(
+                f"cannot resume from {path}: {'; '.join(problems)} (checkpoint vs now); resuming needs the "
+                f"run's own config, seed and data"
+            )
+
     def resume(self, path: str | Path | None = None) -> bool:
-        """Restore the state of ``path`` (default ``output_dir/last.pt``); ``False`` when there is none."""
+        """Restore the state of ``path`` (default ``output_dir/last.pt``); ``False`` when there is none.
+
+        Raises
+        ------
+        CheckpointError
+            When the file is unreadable or not a checkpoint of this trainer.
+        ResumeMismatchError
+            When it was written with another config, seed or data (:meth:`check_resumable`).
+        """
         path = Path(path) if path is not None else self.last_path
-        if not path.is_file():
+        if not path.exists():
             self.logger.info("no checkpoint at %s: starting from scratch", path)
             return False
         state = load_checkpoint(path, map_location=self.device)
-        saved = HolmesConfig.from_dict(state["config"])
-        if saved != self.config or state["seed"] != self.seed:
-            raise ValueError(
-                f"checkpoint {path} was written with a different config or seed (seed {state['seed']} vs "
-                f"{self.seed}); resume needs the same settings to reproduce the run"
-            )
+        self.check_resumable(state, path)
+        if "data" not in state:
+            self.logger.warning("checkpoint %s has no data fingerprint (older version): data not checked", path)
         self.model.load_state_dict(state["model"])
         self.objective.load_state_dict(state["objective"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -283,23 +362,32 @@ class Trainer:
         self.loader.set_epoch(epoch)
         sums: dict[str, torch.Tensor] = {}
         steps = 0
+        watch = _DivergenceWatch(self.device, epoch, self.config.optim.lr)
         start = time.perf_counter()
         for batch in _progress(self.loader, self.show_progress, f"epoch {epoch + 1}/{self.config.optim.epochs}"):
             max_queries = int(torch.bincount(batch.query_video).max())  # on the host, before the copy
             batch = batch.to(self.device, non_blocking=True)
             with autocast_context(self.device, self.amp):
                 output = self.model(batch)
-                terms = self.objective(output, batch, max_queries)
+                try:
+                    terms = self.objective(output, batch, max_queries)
+                except ValueError:  # the library refuses non-finite scores: say that training diverged
+                    if _all_finite(output) and _all_finite(self.params):
+                        raise
+                    raise watch.error(steps) from None
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(terms.total).backward()
             self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.params, self.config.optim.grad_clip)
+            grad_norm = nn.utils.clip_grad_norm_(self.params, self.config.optim.grad_clip)
+            # With gradient scaling, an overflowing gradient is expected: the scaler skips that step.
+            watch.observe(steps, terms.total, None if self.scaler.is_enabled() else grad_norm)
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
             for name, value in terms.scalars().items():
                 sums[name] = sums[name] + value if name in sums else value.clone()
             steps += 1
+        watch.finish()
         _synchronize(self.device)
         seconds = time.perf_counter() - start
         means = {k: float(v) / max(steps, 1) for k, v in sums.items()}
@@ -309,6 +397,9 @@ class Trainer:
         scalars = {k: v for k, v in record.items() if isinstance(v, float)}
         text = " ".join(f"{k}={v:.4g}" for k, v in scalars.items())
         self.logger.info("epoch %d %s%s", record["epoch"] + 1, text, " (best)" if improved else "")
+        if not self._writer_tried:  # not in __init__: a refused resume must leave the folder as it was
+            self._writer_tried = True
+            self._writer = _tensorboard_writer(self.output_dir / "tensorboard")
         if self._writer is not None:
             for key, value in scalars.items():
                 self._writer.add_scalar(key, value, record["epoch"] + 1)
@@ -318,6 +409,51 @@ class Trainer:
         if self.best_path.is_file():
             self.model.load_state_dict(load_checkpoint(self.best_path, map_location=self.device)["model"])
         return self.model
+
+
+class _DivergenceWatch:
+    """Notices the first training step of an epoch whose loss or gradient norm is not finite.
+
+    On CPU every step is checked at once (reading a CPU tensor costs nothing), so the bad update is never
+    applied. Elsewhere the first bad step is recorded on the device and checked once, at the end of the
+    epoch, so that the watch adds no host-device synchronisation per step.
+    """
+
+    def __init__(self, device: torch.device, epoch: int, lr: float) -> None:
+        self.epoch, self.lr = epoch, lr
+        self.immediate = device.type == "cpu"
+        self.first_bad = torch.full((), -1, dtype=torch.long, device=device)
+
+    def error(self, step: int) -> TrainingDivergedError:
+        """The error for the 0-based ``step`` of this epoch."""
+        return TrainingDivergedError(self.epoch + 1, step + 1, self.lr)
+
+    def observe(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+        """Record ``step``'s loss (and gradient norm); raise at once on CPU when one is not finite."""
+        finite = torch.isfinite(loss.detach())
+        if grad_norm is not None:
+            finite = finite & torch.isfinite(grad_norm)
+        if self.immediate:
+            if not bool(finite):
+                raise self.error(step)
+            return
+        self.first_bad = torch.where((self.first_bad < 0) & ~finite, step, self.first_bad)
+
+    def finish(self) -> None:
+        """Raise for the first bad step of the epoch, if any (one synchronisation)."""
+        if not self.immediate and int(self.first_bad) >= 0:
+            raise self.error(int(self.first_bad))
+
+
+def _all_finite(value: Any) -> bool:
+    """Whether every tensor in ``value`` (a tensor, a dataclass of tensors, or a list of them) is finite."""
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value.detach()).all())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return all(_all_finite(getattr(value, f.name)) for f in dataclasses.fields(value))
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(v) for v in value)
+    return True
 
 
 def _progress(iterable, enabled: bool, desc: str):
@@ -342,7 +478,7 @@ def _file_logger(path: Path, console: bool) -> logging.Logger:
     for handler in list(logger.handlers):  # one logger per output folder: replace handlers of a previous run
         logger.removeHandler(handler)
         handler.close()
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)  # the file is created by the first record
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     if console:

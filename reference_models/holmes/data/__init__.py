@@ -20,8 +20,8 @@ from reference_models.holmes.data.loaders import (
     make_train_loader,
     make_video_loader,
 )
-from reference_models.holmes.data.split import PRVRSplit, load_split
-from reference_models.holmes.data.validation import validate_data_root
+from reference_models.holmes.data.split import PRVRSplit, fingerprint_differences, load_split
+from reference_models.holmes.data.validation import validate_data_root, video_overlap_warnings
 
 __all__ = [
     "load_split",
@@ -35,6 +35,8 @@ __all__ = [
     "make_video_loader",
     "make_query_loader",
     "validate_data_root",
+    "video_overlap_warnings",
+    "fingerprint_differences",
     "DataValidationError",
     "generate_embedded_benchmark",
     "EmbeddedBenchmarkSpec",

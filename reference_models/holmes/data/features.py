@@ -16,9 +16,61 @@ from typing import Any
 import numpy as np
 
 from reference_models.holmes.data.errors import DataValidationError
-from reference_models.holmes.data.layout import CollectionPaths
+from reference_models.holmes.data.layout import CollectionPaths, read_utf8_text
 
-__all__ = ["HDF5Reader", "BigFileReader", "open_visual_reader", "read_video2frames", "read_bigfile_header"]
+__all__ = [
+    "HDF5Reader",
+    "BigFileReader",
+    "open_visual_reader",
+    "read_video2frames",
+    "read_bigfile_header",
+    "hdf5_dataset",
+    "check_finite",
+]
+
+
+def check_finite(array: np.ndarray, path: Path, what: str, row_label: str = "row",
+                 row_names: Any = None) -> None:
+    """Raise :class:`DataValidationError` naming ``path``, ``what`` and the first bad entry if ``array`` holds NaN/inf.
+
+    ``what`` names the item (e.g. ``"video 'v1'"``); ``row_label`` names a row (``"frame"``, ``"token"``);
+    ``row_names`` (optional, indexable) gives each row's label, e.g. its row in ``feature.bin``.
+    """
+    finite = np.isfinite(array)
+    if finite.all():
+        return
+    row, col = (int(i[0]) for i in np.nonzero(~finite))
+    value = array[row, col]
+    where = f"{row_label} {row}" if row_names is None else f"{row_label} {row_names[row]}"
+    raise DataValidationError(path, f"{what} holds non-finite values ({value} at {where}, feature {col})")
+
+
+class _RowLabels:
+    """Lazy ``"<i> (row <r>)"`` labels of a BigFile video's frames (built only when an error names one)."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+
+    def __getitem__(self, i: int) -> str:
+        return f"{i} (row {int(self.rows[i])} of feature.bin)"
+
+
+def hdf5_dataset(handle: Any, key: str, path: Path, what: str) -> Any:
+    """The numeric ``h5py.Dataset`` under ``key``, or a :class:`DataValidationError` saying what is there instead."""
+    import h5py
+
+    try:
+        obj = handle[key]
+    except KeyError:
+        raise DataValidationError(path, f"{what} {key!r} has no features") from None
+    if isinstance(obj, h5py.Group):
+        raise DataValidationError(path, f"{what} {key!r} is an HDF5 group, expected a numeric [n, D] dataset")
+    if not isinstance(obj, h5py.Dataset):
+        raise DataValidationError(path, f"{what} {key!r} is a {type(obj).__name__}, expected a numeric [n, D] dataset")
+    if obj.dtype.kind not in "fiu":
+        kind = "string" if obj.dtype.kind in "SUO" else f"{obj.dtype}"
+        raise DataValidationError(path, f"{what} {key!r} is a {kind} dataset, expected numbers (dtype {obj.dtype})")
+    return obj
 
 
 class _PerProcessHandle:
@@ -60,11 +112,16 @@ class _PerProcessHandle:
 
 
 class HDF5Reader(_PerProcessHandle):
-    """Read ``key -> [n, D]`` arrays from an HDF5 file (visual ``feature.hdf5`` or the RoBERTa query file)."""
+    """Read ``key -> [n, D]`` arrays from an HDF5 file (visual ``feature.hdf5`` or the RoBERTa query file).
 
-    def __init__(self, path: Path) -> None:
+    ``kind`` names an entry in messages (``"video"`` or ``"caption"``). Every array read is checked for
+    NaN/inf, so bad features fail with the file and the entry's name, not somewhere downstream.
+    """
+
+    def __init__(self, path: Path, kind: str = "entry") -> None:
         super().__init__()
         self.path = Path(path)
+        self.kind = kind
         if not self.path.is_file():
             raise DataValidationError(self.path, "missing file")
 
@@ -80,24 +137,25 @@ class HDF5Reader(_PerProcessHandle):
         return key in self.handle
 
     def read(self, key: str) -> np.ndarray:
-        """The ``float32 [n, D]`` array stored under ``key``."""
-        try:
-            ds = self.handle[key]
-        except KeyError:
-            raise DataValidationError(self.path, f"no features for {key!r}") from None
+        """The ``float32 [n, D]`` array stored under ``key`` (checked to be finite)."""
+        ds = hdf5_dataset(self.handle, key, self.path, self.kind)
         arr = np.asarray(ds[...], dtype=np.float32)
         if arr.ndim != 2 or arr.shape[0] == 0:
-            raise DataValidationError(self.path, f"{key!r} must be a non-empty [n, D] array, got shape {arr.shape}")
+            raise DataValidationError(
+                self.path, f"{self.kind} {key!r} must be a non-empty [n, D] array, got shape {arr.shape}"
+            )
+        check_finite(arr, self.path, f"{self.kind} {key!r}", "token" if self.kind == "caption" else "frame")
         return arr
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        """The shape of ``key``'s array (reads only metadata)."""
+        return tuple(int(n) for n in hdf5_dataset(self.handle, key, self.path, self.kind).shape)
 
     def dim(self, key: str) -> int:
         """The feature dimension ``D`` of ``key`` (reads only metadata)."""
-        try:
-            shape = self.handle[key].shape
-        except KeyError:
-            raise DataValidationError(self.path, f"no features for {key!r}") from None
+        shape = self.shape(key)
         if len(shape) != 2:
-            raise DataValidationError(self.path, f"{key!r} must be a 2-D [n, D] array, got shape {tuple(shape)}")
+            raise DataValidationError(self.path, f"{self.kind} {key!r} must be a 2-D [n, D] array, got shape {shape}")
         return int(shape[1])
 
 
@@ -107,11 +165,16 @@ def read_bigfile_header(paths: CollectionPaths) -> tuple[int, int, dict[str, int
         if not paths.bigfile(name).is_file():
             raise DataValidationError(paths.bigfile(name), "missing file")
     shape_path = paths.bigfile("shape.txt")
-    parts = shape_path.read_text(encoding="utf-8").split()
+    parts = read_utf8_text(shape_path).split()
     try:
+        if len(parts) != 2:
+            raise ValueError
         n_rows, dim = int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        raise DataValidationError(shape_path, f"expected 'N D' (two integers), got {' '.join(parts)!r}") from None
+    except ValueError:
+        extra = " (extra tokens)" if len(parts) > 2 else ""
+        raise DataValidationError(
+            shape_path, f"expected 'N D' (two integers), got {' '.join(parts)[:200]!r}{extra}"
+        ) from None
     if n_rows < 1 or dim < 1:
         raise DataValidationError(shape_path, f"N and D must be >= 1, got N={n_rows}, D={dim}")
     id_path = paths.bigfile("id.txt")
@@ -140,19 +203,39 @@ def read_bigfile_header(paths: CollectionPaths) -> tuple[int, int, dict[str, int
 
 
 def read_video2frames(path: Path) -> dict[str, list[str]]:
-    """Parse ``video2frames.txt``, a Python dict literal ``video id -> [row name, ...]`` (``ast.literal_eval``)."""
+    """Parse ``video2frames.txt``, a Python dict literal ``video id -> [row name, ...]`` (``ast.literal_eval``).
+
+    Nothing in the file is executed. A video id listed twice is an error (a dict literal would silently
+    keep the last one).
+    """
     path = Path(path)
     if not path.is_file():
         raise DataValidationError(path, "missing file")
+    text = read_utf8_text(path)
     try:
-        value = ast.literal_eval(path.read_text(encoding="utf-8"))
-    except (ValueError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError) as exc:
+        tree = ast.parse(text, mode="eval")
+        value = ast.literal_eval(tree)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as exc:
         raise DataValidationError(path, f"not a Python dict literal ({type(exc).__name__})") from None
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and isinstance(v, (list, tuple)) for k, v in value.items()
     ):
         raise DataValidationError(path, "must map video ids (str) to lists of row names")
+    if isinstance(tree.body, ast.Dict) and len(tree.body.keys) != len(value):
+        _raise_duplicate_key(path, tree.body)
     return {k: [str(x) for x in v] for k, v in value.items()}
+
+
+def _raise_duplicate_key(path: Path, node: ast.Dict) -> None:
+    """Raise the error naming the first key of a dict literal that is listed twice, with both line numbers."""
+    first_line: dict[object, int] = {}
+    for key in node.keys:
+        name = ast.literal_eval(key) if key is not None else None
+        if name in first_line:
+            raise DataValidationError(
+                path, f"video id {name!r} is listed twice (lines {first_line[name]} and {key.lineno})"
+            )
+        first_line[name] = getattr(key, "lineno", 0)
 
 
 class BigFileReader(_PerProcessHandle):
@@ -207,8 +290,11 @@ class BigFileReader(_PerProcessHandle):
         return rows
 
     def read(self, video_id: str) -> np.ndarray:
-        """``float32 [n, D]`` frame features of ``video_id``."""
-        return np.array(self.handle[self.rows(video_id)], dtype=np.float32)
+        """``float32 [n, D]`` frame features of ``video_id`` (checked to be finite)."""
+        rows = self.rows(video_id)
+        frames = np.array(self.handle[rows], dtype=np.float32)
+        check_finite(frames, self.path, f"video {video_id!r}", "frame", _RowLabels(rows))
+        return frames
 
     def dim(self, video_id: str) -> int:
         return self.visual_dim
@@ -222,5 +308,5 @@ def open_visual_reader(
     ``video_ids`` limits a BigFile reader to those videos (see :class:`BigFileReader`).
     """
     if paths.visual_layout() == "hdf5":
-        return HDF5Reader(paths.feature_hdf5)
+        return HDF5Reader(paths.feature_hdf5, kind="video")
     return BigFileReader(paths, video_ids)

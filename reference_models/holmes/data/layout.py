@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "video_id_of",
     "parse_caption_line",
     "read_captions",
+    "read_utf8_text",
 ]
 
 SPLITS = ("train", "val", "test")
@@ -105,30 +107,57 @@ def parse_caption_line(line: str) -> Caption | None:
     return Caption(caption_id, video_id_of(caption_id), sentence.strip())
 
 
-def read_captions(path: Path) -> list[Caption]:
-    """All captions of a caption file in file order.
+_UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def read_utf8_text(path: Path) -> str:
+    """The text of a UTF-8 file (a leading byte-order mark is dropped).
 
     Raises
     ------
     DataValidationError
-        If the file is missing, empty, or repeats a caption id or has an empty video id.
+        When the file is not valid UTF-8, naming the first bad byte and its offset in the file.
     """
     path = Path(path)
-    if not path.is_file():
+    raw = path.read_bytes()
+    skip = len(_UTF8_BOM) if raw.startswith(_UTF8_BOM) else 0
+    try:
+        return raw[skip:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = skip + exc.start
+        raise DataValidationError(
+            path, f"not UTF-8 text: byte 0x{raw[offset]:02x} at byte offset {offset} ({exc.reason})"
+        ) from None
+
+
+def read_captions(path: Path) -> list[Caption]:
+    """All captions of a caption file in file order.
+
+    A UTF-8 byte-order mark at the start of the file is accepted (and dropped).
+
+    Raises
+    ------
+    DataValidationError
+        If the file is missing, not UTF-8, empty, or repeats a caption id or has an empty video id.
+    """
+    path = Path(path)
+    if not path.exists():
         raise DataValidationError(path, "missing caption file")
+    if not path.is_file():
+        raise DataValidationError(path, "caption file is not a regular file")
     captions: list[Caption] = []
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            cap = parse_caption_line(line)
-            if cap is None:
-                continue
-            if not cap.video_id:
-                raise DataValidationError(path, f"line {lineno}: caption id {cap.caption_id!r} has no video id")
-            if cap.caption_id in seen:
-                raise DataValidationError(path, f"line {lineno}: duplicate caption id {cap.caption_id!r}")
-            seen.add(cap.caption_id)
-            captions.append(cap)
+    # Universal newlines, as reading in text mode: \n, \r\n and \r end a line, nothing else does.
+    for lineno, line in enumerate(io.StringIO(read_utf8_text(path), newline=None), start=1):
+        cap = parse_caption_line(line)
+        if cap is None:
+            continue
+        if not cap.video_id:
+            raise DataValidationError(path, f"line {lineno}: caption id {cap.caption_id!r} has no video id")
+        if cap.caption_id in seen:
+            raise DataValidationError(path, f"line {lineno}: duplicate caption id {cap.caption_id!r}")
+        seen.add(cap.caption_id)
+        captions.append(cap)
     if not captions:
         raise DataValidationError(path, "caption file holds no captions")
     return captions

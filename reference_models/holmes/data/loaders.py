@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from reference_models.holmes.data.batches import QueryBatch, TrainBatch, VideoBatch, collate_queries, collate_videos
+from reference_models.holmes.data.errors import DataValidationError
 from reference_models.holmes.data.split import PRVRSplit
 
 __all__ = [
@@ -65,6 +66,17 @@ def build_train_batch(split: PRVRSplit, video_indices: Sequence[int]) -> TrainBa
 _BUILDERS = {"train": build_train_batch, "video": build_video_batch, "query": build_query_batch}
 
 
+class _DataProblem:
+    """A :class:`DataValidationError` raised in a worker process, carried back as an item and raised again.
+
+    (A ``DataLoader`` would otherwise turn it into a ``RuntimeError`` holding the worker's traceback.)
+    """
+
+    def __init__(self, error: DataValidationError) -> None:
+        self.path = error.path
+        self.problem = error.problem
+
+
 class _BatchDataset(Dataset):
     """Map-style dataset whose item ``i`` is the whole batch built from ``chunks[i]``."""
 
@@ -77,7 +89,10 @@ class _BatchDataset(Dataset):
         return len(self.chunks)
 
     def __getitem__(self, i: int):
-        return _BUILDERS[self.kind](self.split, self.chunks[i])
+        try:
+            return _BUILDERS[self.kind](self.split, self.chunks[i])
+        except DataValidationError as exc:
+            return _DataProblem(exc)
 
 
 def _iterate(split: PRVRSplit, chunks: list[np.ndarray], kind: str, num_workers: int) -> Iterator:
@@ -87,7 +102,10 @@ def _iterate(split: PRVRSplit, chunks: list[np.ndarray], kind: str, num_workers:
             yield build(split, chunk)
         return
     loader = DataLoader(_BatchDataset(split, chunks, kind), batch_size=None, shuffle=False, num_workers=num_workers)
-    yield from loader
+    for item in loader:
+        if isinstance(item, _DataProblem):
+            raise DataValidationError(item.path, item.problem)
+        yield item
 
 
 def _check_count(value: object, name: str, minimum: int) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,7 +15,7 @@ from reference_models.holmes.data.features import BigFileReader, HDF5Reader, ope
 from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_captions
 from reference_models.holmes.data.sampling import BOUNDARY_MODES, l2_normalize, pool_segments, sample_frames
 
-__all__ = ["PRVRSplit", "load_split"]
+__all__ = ["PRVRSplit", "load_split", "fingerprint_differences"]
 
 
 @dataclass
@@ -63,8 +65,8 @@ class PRVRSplit:
     def num_captions(self) -> int:
         return len(self.caption_ids)
 
-    def read_video(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        """Clip ``[n_clips, D_v]`` and frame ``[min(n, n_frames), D_v]`` features of video ``index``, L2-normalised."""
+    def _raw_video(self, index: int) -> np.ndarray:
+        """Frame features ``[n, D_v]`` of video ``index`` as stored (checked: shape and finite values)."""
         video_id = self.video_ids[index]
         frames = self._visual.read(video_id)
         if frames.ndim != 2 or frames.shape[0] == 0 or frames.shape[1] != self.visual_dim:
@@ -72,19 +74,74 @@ class PRVRSplit:
                 self._visual.path,
                 f"video {video_id!r} has shape {frames.shape}, expected [n >= 1, {self.visual_dim}]",
             )
-        clips = l2_normalize(pool_segments(frames, self.n_clips, self.boundaries))
-        sampled = l2_normalize(sample_frames(frames, self.n_frames, self.boundaries))
-        return clips, sampled
+        return frames
 
-    def read_query(self, index: int) -> np.ndarray:
-        """Token features ``[min(L, max_query_len), D_t]`` of caption ``index``, each token L2-normalised."""
+    def _raw_query(self, index: int) -> np.ndarray:
+        """Token features ``[L, D_t]`` of caption ``index`` as stored (checked: shape and finite values)."""
         caption_id = self.caption_ids[index]
         tokens = self._text.read(caption_id)
         if tokens.shape[1] != self.text_dim:
             raise DataValidationError(
                 self._text.path, f"caption {caption_id!r} has shape {tokens.shape}, expected [L, {self.text_dim}]"
             )
-        return l2_normalize(tokens[: self.max_query_len])
+        return tokens
+
+    def read_video(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Clip ``[n_clips, D_v]`` and frame ``[min(n, n_frames), D_v]`` features of video ``index``, L2-normalised.
+
+        Raises :class:`DataValidationError` naming the file and the video when its features are missing,
+        mis-shaped or hold NaN/inf.
+        """
+        frames = self._raw_video(index)
+        clips = l2_normalize(pool_segments(frames, self.n_clips, self.boundaries))
+        sampled = l2_normalize(sample_frames(frames, self.n_frames, self.boundaries))
+        return clips, sampled
+
+    def read_query(self, index: int) -> np.ndarray:
+        """Token features ``[min(L, max_query_len), D_t]`` of caption ``index``, each token L2-normalised.
+
+        Raises :class:`DataValidationError` naming the file and the caption when its features are missing,
+        mis-shaped or hold NaN/inf.
+        """
+        return l2_normalize(self._raw_query(index)[: self.max_query_len])
+
+    def check_features(self) -> None:
+        """Read every video and caption of the split once; raise on the first missing, mis-shaped or non-finite one.
+
+        Costs one pass over the split's features: meant for the evaluation splits before a long training
+        run, so that bad data fails in seconds instead of at the first validation or the final test.
+        """
+        try:
+            for i in range(self.num_videos):
+                self._raw_video(i)
+            for i in range(self.num_captions):
+                self._raw_query(i)
+        finally:
+            self.close()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the split's data, cheaply (no feature is read).
+
+        Collection, split, feature folder and text-feature file names, numbers of videos and captions, a
+        SHA-256 of the caption ids in file order (the video ids follow from them), the feature sizes
+        ``D_v`` / ``D_t`` and the clip, frame and token counts. A checkpoint stores it, so that a resume on
+        other data is refused (:func:`fingerprint_differences`).
+        """
+        digest = hashlib.sha256("\n".join(self.caption_ids).encode("utf-8")).hexdigest()
+        return {
+            "collection": self.collection,
+            "split": self.split,
+            "visual_feature": self._visual.path.parent.name,
+            "text_features": self._text.path.name,
+            "videos": self.num_videos,
+            "captions": self.num_captions,
+            "caption_ids_sha256": digest,
+            "visual_dim": self.visual_dim,
+            "text_dim": self.text_dim,
+            "n_clips": self.n_clips,
+            "n_frames": self.n_frames,
+            "max_query_len": self.max_query_len,
+        }
 
     def close(self) -> None:
         """Close this process's feature-file handles."""
@@ -156,7 +213,7 @@ def load_split(
         cap_video[i] = v
 
     visual = open_visual_reader(paths, list(video_index))
-    text = HDF5Reader(paths.text_features)
+    text = HDF5Reader(paths.text_features, kind="caption")
     try:
         visual_dim = visual.dim(captions[0].video_id)
         text_dim = text.dim(captions[0].caption_id)
@@ -180,3 +237,25 @@ def load_split(
         _visual=visual,
         _text=text,
     )
+
+
+def fingerprint_differences(
+    saved: dict[str, Any], current: dict[str, Any], label: str = "", sep: str = " "
+) -> list[str]:
+    """Human-readable differences between two nested dicts, e.g. ``"train videos 14 vs 12"``.
+
+    Each entry reads ``"<key> <saved> vs <current>"``, nested keys joined by ``sep``; a ``*_sha256`` key
+    is reported as ``"<key> differ"``. Used for data fingerprints and configs.
+    """
+    changes: list[str] = []
+    for key in list(saved) + [k for k in current if k not in saved]:
+        name = f"{label}{sep}{key}" if label else str(key)
+        old, new = saved.get(key, "(absent)"), current.get(key, "(absent)")
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes.extend(fingerprint_differences(old, new, name, sep))
+        elif old != new:
+            if key.endswith("_sha256"):
+                changes.append(f"{name.removesuffix('_sha256')} differ")
+            else:
+                changes.append(f"{name} {old!r} vs {new!r}" if isinstance(old, str) else f"{name} {old} vs {new}")
+    return changes
