@@ -34,3 +34,14 @@ from evidential_prvr.functional.hud import (
     biased_max_similarity,
     holistic_atomistic_consistency_loss,
 )
+
+# Uncertainty at retrieval time: gallery opinions, query types, selective confidences (Holmes §3.2)
+from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion, gallery_opinion
+from evidential_prvr.functional._query_types import (
+    QueryTypeThresholds,
+    batch_rule_query_types,
+    fit_query_thresholds,
+    identify_query_types,
+    macro_f1,
+)
+from evidential_prvr.functional._selective import CONFIDENCES, EVIDENTIAL_CONFIDENCES, selective_confidence

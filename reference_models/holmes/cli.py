@@ -85,13 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="data, runs and results.json")
     demo.add_argument("--epochs", type=int, help="override the embedded preset's number of epochs")
     demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant (issue 5)")
+
+    from reference_models.holmes.diagnose import add_diagnose_parser
+
+    add_diagnose_parser(sub, data_args)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     args = build_parser().parse_args(argv)
-    handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo}[args.command]
+    handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
+               "diagnose": _diagnose}[args.command]
     try:
         return handler(args)
     except DataValidationError as exc:
@@ -150,6 +155,7 @@ def _planted(root, collection) -> dict[str, str] | None:
 
 def _train(args: argparse.Namespace) -> int:
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
     from reference_models.holmes.trainer import Trainer
 
     cfg = _config_from_args(args)
@@ -162,8 +168,10 @@ def _train(args: argparse.Namespace) -> int:
     result = trainer.fit(resume=args.resume)
     model = trainer.load_best()
     planted = _planted(args.data_root, args.collection)
+    uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=args.device,
+                                            planted_types=planted, kl_margin=True)
     test = evaluate_retrieval(model, splits["test"], cfg, device=args.device, planted_types=planted,
-                              identifier=trainer.objective.identifier())
+                              identifier=trainer.objective.identifier(), uncertainty=uncertainty)
     results = {
         "config": cfg.to_dict(),
         "seed": args.seed,
@@ -178,6 +186,7 @@ def _train(args: argparse.Namespace) -> int:
     }
     _write_json(out / "results.json", results)
     print(_format_table({cfg.name: results["test"]}))
+    print(format_uncertainty_tables({cfg.name: results["test"]}))
     print(f"results written to {out / 'results.json'}")
     return 0
 
@@ -188,23 +197,36 @@ def _evaluate(args: argparse.Namespace) -> int:
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.factory import build_model
     from reference_models.holmes.objective import HolmesObjective
+    from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
 
     state = load_checkpoint(args.checkpoint, map_location=args.device)
     cfg = HolmesConfig.from_dict(state["config"])
-    split = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, ("val", args.split))[args.split]
+    splits = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, ("val", args.split))
+    split = splits[args.split]
     if (split.visual_dim, split.text_dim) != (state["visual_dim"], state["text_dim"]):
         print(f"error: checkpoint expects (D_v, D_t) = ({state['visual_dim']}, {state['text_dim']}), "
               f"data has ({split.visual_dim}, {split.text_dim})", file=sys.stderr)
         return EXIT_INVALID_DATA
     model = build_model(cfg, split.visual_dim, split.text_dim, state["n_clips"], state["n_frames"]).to(args.device)
     model.load_state_dict(state["model"])
-    identifier = HolmesObjective(cfg, cfg.model.hidden_size).identifier()
-    result = evaluate_retrieval(model, split, cfg, device=args.device, identifier=identifier,
-                                planted_types=_planted(args.data_root, args.collection))
+    objective = HolmesObjective(cfg, cfg.model.hidden_size)
+    planted = _planted(args.data_root, args.collection)
+    uncertainty = fit_retrieval_uncertainty(model, objective, splits["val"], cfg, device=args.device,
+                                            planted_types=planted)
+    result = evaluate_retrieval(model, split, cfg, device=args.device, identifier=objective.identifier(),
+                                planted_types=planted, uncertainty=uncertainty)
     print(_format_table({f"{cfg.name} ({split.split})": result.to_dict()}))
+    print(format_uncertainty_tables({f"{cfg.name} ({split.split})": result.to_dict()}))
     if args.output:
         _write_json(args.output, result.to_dict())
     return 0
+
+
+# --- diagnose -------------------------------------------------------------------------------------
+def _diagnose(args: argparse.Namespace) -> int:
+    from reference_models.holmes.diagnose import run_diagnose
+
+    return run_diagnose(args)
 
 
 # --- demo -----------------------------------------------------------------------------------------
@@ -223,6 +245,9 @@ def _demo(args: argparse.Namespace) -> int:
     results["total_seconds"] = time.perf_counter() - start
     _write_json(out / "results.json", results)
     print(_format_table({k: v for k, v in results.items() if k in ("holmes", "baseline", "dab")}))
+    from reference_models.holmes.selective import format_uncertainty_tables
+
+    print(format_uncertainty_tables({k: v for k, v in results.items() if k in ("holmes", "baseline", "dab")}))
     print(f"results written to {out / 'results.json'} ({results['total_seconds']:.0f}s)")
     return 0
 
@@ -248,6 +273,7 @@ def run_comparison(
     with the same identifier settings (those of ``config``), so the identification rows compare.
     """
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.selective import fit_retrieval_uncertainty
     from reference_models.holmes.trainer import Trainer
 
     splits = _load_splits(data_root, collection, visual_feature, config, ("train", "val", "test"))
@@ -262,8 +288,10 @@ def run_comparison(
                           show_progress=show_progress, num_workers=num_workers, verbose=True)
         fit = trainer.fit()
         model = trainer.load_best()
+        uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=device,
+                                                planted_types=planted, kl_margin=True)
         test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
-                                  identifier=trainer.objective.identifier()).to_dict()
+                                  identifier=trainer.objective.identifier(), uncertainty=uncertainty).to_dict()
         test["best_epoch"] = fit.best_epoch
         test["best_val_sumr"] = fit.best_sumr
         test["train_seconds"] = time.perf_counter() - t0
