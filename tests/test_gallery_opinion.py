@@ -72,7 +72,8 @@ def test_matches_numpy_reference(scaling, tau, problem, k, scaled, chunk):
     ref = np_gallery(frame.numpy(), clip.numpy(), ranking.numpy(), target.numpy(), k, tau, scaling,
                      np.ones(frame.shape[0]) if lam is None else lam.numpy())
     np.testing.assert_array_equal(op.candidates.numpy(), np.stack([r["idx"] for r in ref]))
-    np.testing.assert_allclose(op.candidate_scores.numpy(), np.take_along_axis(ranking.numpy(), op.candidates.numpy(), 1))
+    expected_scores = np.take_along_axis(ranking.numpy(), op.candidates.numpy(), 1)
+    np.testing.assert_allclose(op.candidate_scores.numpy(), expected_scores)
     checks = {
         "uf": op.frame.uncertainty, "uc": op.clip.uncertainty, "uo": op.fused.uncertainty,
         "xf": op.frame.aleatoric, "xc": op.clip.aleatoric, "xo": op.fused.aleatoric,

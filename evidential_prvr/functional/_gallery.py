@@ -206,7 +206,9 @@ def _evidence(sim: torch.Tensor, tau: float, tanh_scaling: str, scale: torch.Ten
     return torch.exp(exponent.clamp_max(cap))
 
 
-def _branch(evidence: torch.Tensor, sim: torch.Tensor, label_sim: torch.Tensor | None) -> tuple[BranchOpinion, torch.Tensor]:
+def _branch(
+    evidence: torch.Tensor, sim: torch.Tensor, label_sim: torch.Tensor | None
+) -> tuple[BranchOpinion, torch.Tensor]:
     """Eq. 4-5, 9 of one ``[q, K]`` evidence block; returns the opinion and its belief masses."""
     alpha = evidence + 1.0
     strength = alpha.sum(dim=-1)
@@ -280,7 +282,8 @@ def gallery_opinion(
     ranking : torch.Tensor, optional
         ``[Q, V]`` scores that rank the gallery (Eq. 2); default the mean of the two branches.
     query_scale : torch.Tensor, optional
-        ``[Q]`` positive per-query inverse temperature :math:`\\lambda_i` (:math:`\\tau_i = \\tau/\\lambda_i`, default 1).
+        ``[Q]`` positive per-query inverse temperature :math:`\\lambda_i`
+        (:math:`\\tau_i = \\tau/\\lambda_i`, default 1).
     target : torch.Tensor, optional
         ``int64 [Q]`` annotated video of each query; adds Eq. 7 and the ``correct`` flags.
     tau : float
@@ -331,7 +334,7 @@ def gallery_opinion(
         scale = None if query_scale is None else query_scale[rows].to(dtype)
         ef, ec = _evidence(fk, tau, tanh_scaling, scale), _evidence(ck, tau, tanh_scaling, scale)
         t = None if target is None else target[rows].unsqueeze(1)
-        labelled = (None, None, None) if t is None else (f.gather(1, t)[:, 0], c.gather(1, t)[:, 0], r.gather(1, t)[:, 0])
+        labelled = (None, None, None) if t is None else tuple(x.gather(1, t)[:, 0] for x in (f, c, r))
         frame_op, belief_f = _branch(ef, fk, labelled[0])
         clip_op, belief_c = _branch(ec, ck, labelled[1])
         fused_op, belief_o = _branch(ef + ec + ef * ec / k_eff, top.values, labelled[2])

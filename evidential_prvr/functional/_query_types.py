@@ -217,7 +217,7 @@ def macro_f1(predicted: torch.Tensor, actual: torch.Tensor, num_types: int = 3) 
 
 
 def _grid(x: torch.Tensor | None, grid: int, disabled: float) -> torch.Tensor:
-    """Sorted candidate thresholds: up to ``grid`` midpoints of gaps between neighbouring distinct values, and ``disabled``.
+    """Sorted candidate thresholds: up to ``grid`` midpoints of gaps between neighbouring values, and ``disabled``.
 
     With :math:`v_0 < \\dots < v_{m-1}` the distinct values of ``x``, the :math:`m-1` gaps
     :math:`(v_j, v_{j+1})` are cut into ``grid`` runs of consecutive gaps (gap :math:`j` in run
@@ -247,7 +247,9 @@ def _fit_macro_f1(u, c, xi, r, types: torch.Tensor, grid: int) -> QueryTypeThres
     device = u.device
     tu, tc = _grid(u, grid, math.inf).to(device), _grid(c, grid, -math.inf).to(device)
     tr, tx = _grid(r, grid, math.inf).to(device), _grid(xi, grid, math.inf).to(device)
-    position = lambda t, x, right=True: torch.searchsorted(t, x.to(torch.float64).contiguous(), right=right)  # noqa: E731
+    def position(t: torch.Tensor, x: torch.Tensor, right: bool = True) -> torch.Tensor:
+        return torch.searchsorted(t, x.to(torch.float64).contiguous(), right=right)
+
     # threshold index a, b, e, d: u > tu[a] <=> a < m_u (#tu < u); c >= tc[b] <=> b < m_c (#tc <= c);
     # r < tr[e] <=> e >= m_r (#tr <= r); the same for xi
     m_u, m_c, m_x = position(tu, u, False), position(tc, c), position(tx, xi)
@@ -321,9 +323,9 @@ def fit_query_thresholds(
 
     Candidate values per threshold are up to ``grid`` midpoints between neighbouring distinct values of that
     feature (all of them when there are fewer; otherwise the sorted values' gaps are cut into ``grid`` runs
-    and each run gives the midpoint of its widest gap), plus the value that switches its test off (:math:`+\\infty` for :math:`\\beta_u, \\beta_\\xi, \\beta_r`, :math:`-\\infty` for
-    :math:`\\beta_p`; without ``runner_up`` its test stays off). A midpoint never ties with a query. The
-    criterion is
+    and each run gives the midpoint of its widest gap), plus the value that switches its test off
+    (:math:`+\\infty` for :math:`\\beta_u, \\beta_\\xi, \\beta_r`, :math:`-\\infty` for :math:`\\beta_p`; without
+    ``runner_up`` its test stays off). A midpoint never ties with a query. The criterion is
 
     * with ``query_types`` (known types): the macro-F1 (:func:`macro_f1`) of the identification, maximised
       exactly over the full grid (a histogram of the queries' grid positions and cumulative sums, so the cost

@@ -116,10 +116,10 @@ def _load(args: argparse.Namespace):
         state = load_checkpoint(args.checkpoint, map_location=args.device)
         cfg = HolmesConfig.from_dict(state["config"])
         dims = (state["visual_dim"], state["text_dim"], state["n_clips"], state["n_frames"])
-    except (RuntimeError, OSError, KeyError, ValueError, TypeError, EOFError) as exc:
+    except Exception as exc:  # unreadable file, foreign pickle, missing keys: all one line, exit 2
         return f"{args.checkpoint}: not a checkpoint of the reference model ({type(exc).__name__}: {exc})"
     load = lambda name: load_split(args.data_root, args.collection, args.visual_feature, name,  # noqa: E731
-                                   max_query_len=cfg.optim.max_query_len)
+                                   max_query_len=cfg.optim.max_query_len, n_clips=dims[2], n_frames=dims[3])
     val = load("val")
     try:
         evaluated = load(args.split) if args.split != "val" else val
@@ -134,7 +134,7 @@ def _load(args: argparse.Namespace):
     return cfg, model, val, evaluated
 
 
-def _transport_examples(split, queries, videos, gt, count: int, events: dict[str, Any]) -> list[report.TransportExample]:
+def _transport_examples(split, queries, videos, count: int, events: dict[str, Any]) -> list[report.TransportExample]:
     order = sorted(range(split.num_videos), key=lambda v: (-len(split.video_caption_indices[v]), v))
     chosen = [v for v in order if len(split.video_caption_indices[v]) >= 2][:count]
     fot, ot = FlexibleOT.from_preset("release"), FlexibleOT(0.1, 50, None, "minmax", "release")
@@ -219,7 +219,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         gt = split.caption_video_index.to(sims.score.device)
         result = uncertainty.analyse(sims, queries, gt, types, videos)
         summary = uncertainty.summarise(result)
-        examples = _transport_examples(split, queries, videos, gt, args.num_videos, events)
+        examples = _transport_examples(split, queries, videos, args.num_videos, events)
     recall = recall_at_k(sims.score, gt)
     correct = result.opinion.correct
     assert correct is not None
@@ -242,9 +242,8 @@ def run_diagnose(args: argparse.Namespace) -> int:
     for name, conf in result.confidences.items():
         cov, risk = risk_coverage(conf, correct)
         curves[name] = (cov.cpu().numpy(), risk.cpu().numpy(), summary["selective"][name]["AURC"])
-    oracle_cov, oracle_risk = risk_coverage(correct.double() + torch.linspace(0, 1e-3, len(correct),
-                                                                             dtype=torch.float64, device=correct.device),
-                                            correct)
+    ideal = correct.double() + torch.linspace(0, 1e-3, len(correct), dtype=torch.float64, device=correct.device)
+    oracle_cov, oracle_risk = risk_coverage(ideal, correct)  # every right answer before every wrong one
     report.plot_risk_coverage(out / "risk_coverage.png", curves, (oracle_cov.cpu().numpy(), oracle_risk.cpu().numpy()))
     type_recall = _type_recall(correct, types, result.identified)
     report.plot_type_recall(out / "type_recall.png", type_recall)

@@ -170,7 +170,8 @@ class RetrievalUncertainty:
             if self.reference_norm is None:
                 raise RuntimeError("call fit() first: the query-norm reference comes from the validation split")
             scale = queries.norm(dim=-1).to(sims.score.dtype) / self.reference_norm
-        return self.gallery(sims.frame, sims.clip, ranking=sims.score, query_scale=scale, target=gt.to(sims.score.device))
+        target = gt.to(sims.score.device)
+        return self.gallery(sims.frame, sims.clip, ranking=sims.score, query_scale=scale, target=target)
 
     @staticmethod
     def encode(model: nn.Module, split: PRVRSplit, config: HolmesConfig, device: torch.device | str):
@@ -257,7 +258,7 @@ def fit_retrieval_uncertainty(
     planted_types: dict[str, str] | None = None,
     kl_margin: bool = False,
 ) -> RetrievalUncertainty:
-    """:class:`RetrievalUncertainty` with the settings of ``objective`` (a ``HolmesObjective``), fitted on ``val_split``.
+    """:class:`RetrievalUncertainty` with the settings of ``objective`` (a ``HolmesObjective``) fitted on ``val_split``.
 
     With ``kl_margin`` and a DAB objective, its (trained) Gaussian heads give the ``"kl_margin"`` confidence;
     leave it off for an objective built afresh (its heads would be untrained).
