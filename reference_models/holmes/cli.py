@@ -1,4 +1,4 @@
-"""Command line of the Holmes reference model: ``python -m reference_models.holmes {train,evaluate,validate,demo}``.
+"""Command line of the Holmes reference model: ``python -m reference_models.holmes <command>``.
 
 ``train``
     Train on a data root in the MS-SL/GMMFormer layout and write ``<output-dir>/results.json`` with the
@@ -10,6 +10,11 @@
 ``demo``
     Write the embedded benchmark, train Holmes and the MIL baseline (and the DAB variant with
     ``--with-dab``), print a results table and write ``<output-dir>/results.json``.
+``diagnose``
+    Write an HTML report of a checkpoint's retrieval-time uncertainty (:mod:`reference_models.holmes.diagnose`).
+
+``train``, ``evaluate`` and ``demo`` also fit the retrieval-time identification thresholds on the ``val`` split
+and report selective retrieval and identification (:mod:`reference_models.holmes.selective`).
 """
 
 from __future__ import annotations

@@ -84,3 +84,20 @@ def test_history_falls_back_to_the_log(run, tmp_path):
     assert [h["epoch"] for h in from_log] == [h["epoch"] for h in from_checkpoint] == [0, 1]
     assert from_log[-1]["val/SumR"] == pytest.approx(from_checkpoint[-1]["val/SumR"], rel=1e-3)
     assert read_history(tmp_path / "nothing" / "best.pt") == []
+
+
+def test_report_without_planted_types(run, tmp_path):
+    """Any MS-SL-layout data set: without planted types the page colours by identified type and fits by top-1."""
+    import shutil
+
+    root, out = run
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    for name in ("planted_types.json", "planted_events.json"):
+        (data / COLLECTION / name).unlink()
+    report = tmp_path / "report"
+    assert _diagnose(data, out / "best.pt", report) == 0
+    numbers = json.loads((report / "diagnose.json").read_text())
+    assert numbers["gallery_identification"]["fitted"]["macro_f1"] is None  # NaN -> null: no types to score
+    assert "planted" not in numbers["type_recall"] and "identified" in numbers["type_recall"]
+    assert "Youden" in (report / "index.html").read_text(encoding="utf-8")
