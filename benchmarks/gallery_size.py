@@ -6,7 +6,7 @@ identified against galleries of growing size: the test videos alone, then with t
 train videos added as distractors (their concepts are independent of the test queries', so the planted
 types stay valid). Opinions over the top-``k`` candidates are compared with opinions over the whole gallery
 (``k = V``, the in-batch form of the paper). Reported per gallery: R@1, identification macro-F1 and the AURC
-of the best evidential confidence and of the max score.
+of the evidential confidence chosen on val (lowest AURC there) and of the max score.
 
 Usage::
 
@@ -44,7 +44,7 @@ def _concat(parts: list[VideoEmbeddings]) -> VideoEmbeddings:
 
 
 def measure(run_dir: Path, model_name: str, k: int, device: str) -> list[dict]:
-    """Rows of (k, gallery size, R@1, macro-F1, AURC best evidential, AURC max score)."""
+    """Rows of (k, gallery size, R@1, macro-F1, AURC of the chosen evidential confidence, AURC of the max score)."""
     state = load_checkpoint(run_dir / model_name / "best.pt", map_location=device)
     cfg = HolmesConfig.from_dict(state["config"])
     model = build_model(cfg, state["visual_dim"], state["text_dim"], state["n_clips"], state["n_frames"]).to(device)
@@ -71,11 +71,11 @@ def measure(run_dir: Path, model_name: str, k: int, device: str) -> list[dict]:
                 gt = test.caption_video_index.to(device)
                 result = uncertainty.evaluate(sims, queries, gt, types)
                 ident, sel = result["gallery_identification"], result["selective"]
-                best = ident["best_evidential_confidence"]
+                chosen = ident["chosen_confidence"]
                 rows.append({"k": "V" if k_used is None else k_used, "gallery": len(gallery),
                              "R@1": recall_at_k(sims.score, gt, ks=(1,))["R@1"],
-                             "macro_f1": ident["fitted"]["macro_f1"], "best_evidential": best,
-                             "aurc_best_evidential": sel[best]["AURC"], "aurc_max_score": sel["max_score"]["AURC"]})
+                             "macro_f1": ident["fitted"]["macro_f1"], "evidential_confidence": chosen,
+                             "aurc_evidential": sel[chosen]["AURC"], "aurc_max_score": sel["max_score"]["AURC"]})
     return rows
 
 
@@ -91,7 +91,7 @@ def main() -> None:
     rows = measure(args.run_dir, args.model, args.k, args.device)
     print(f"{'k':>3} {'videos':>7} {'R@1':>6} {'macro-F1':>9} {'AURC evid.':>11} {'AURC max':>9}")
     for r in rows:
-        print(f"{r['k']:>3} {r['gallery']:>7} {r['R@1']:6.1f} {r['macro_f1']:9.3f} {r['aurc_best_evidential']:11.4f} "
+        print(f"{r['k']:>3} {r['gallery']:>7} {r['R@1']:6.1f} {r['macro_f1']:9.3f} {r['aurc_evidential']:11.4f} "
               f"{r['aurc_max_score']:9.4f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")

@@ -148,6 +148,8 @@ class RetrievalUncertainty:
         self.kl_cost = kl_cost
         self.reference_norm: float | None = None
         self.fit_criterion: str | None = None
+        #: The evidential confidence with the lowest AURC on the validation split (set by :meth:`fit`).
+        self.chosen_confidence: str = "top_belief"
 
     @classmethod
     def from_identifier(
@@ -201,9 +203,15 @@ class RetrievalUncertainty:
 
     @torch.no_grad()
     def fit_scores(self, sims, queries: torch.Tensor, gt: torch.Tensor, types: list[str | None]) -> QueryTypeThresholds:
-        """:meth:`fit` on already computed scores and query embeddings."""
+        """:meth:`fit` on already computed scores and query embeddings.
+
+        Also picks :attr:`chosen_confidence`, the evidential confidence with the lowest AURC on these queries.
+        """
         self.reference_norm = float(queries.norm(dim=-1).mean())
         op = self.opinion(sims, queries, gt)
+        assert op.correct is not None
+        self.chosen_confidence = min(EVIDENTIAL_CONFIDENCES,
+                                     key=lambda kind: float(aurc(selective_confidence(op, kind), op.correct)))
         if types and all(t is not None for t in types):
             codes = torch.tensor([TYPE_CODES[t] for t in types], dtype=torch.int64, device=op.candidates.device)
             self.fit_criterion = "macro-F1 against the planted types"
@@ -235,15 +243,13 @@ class RetrievalUncertainty:
         correct = result.opinion.correct
         assert correct is not None
         selective = {name: selective_metrics(conf, correct) for name, conf in result.confidences.items()}
-        evidential = [n for n in EVIDENTIAL_CONFIDENCES if n in selective]
-        best = min(evidential, key=lambda n: selective[n]["AURC"])
         ident: dict[str, Any] = {
             "fitted": {**_report(result.identified, types), "thresholds": self.thresholds.to_dict(),
                        "criterion": self.fit_criterion},
             "batch_rule": _report(result.batch_rule, types),
             "settings": {"k": self.gallery.k, "tau": self.gallery.tau, "tanh_scaling": self.gallery.tanh_scaling,
                          "query_norm": self.use_query_norm, "reference_norm": self.reference_norm},
-            "best_evidential_confidence": best,
+            "chosen_confidence": self.chosen_confidence,
         }
         return {"selective": selective, "gallery_identification": ident}
 
@@ -297,7 +303,7 @@ def format_uncertainty_tables(rows: dict[str, dict[str, Any]]) -> str:
             cells.append(f"{_fmt(m['precision'], 100, 0)}/{_fmt(m['recall'], 100, 0)}")
         ident_rows.append(cells)
         for conf, m in sel.items():
-            mark = "*" if conf == ident.get("best_evidential_confidence") else ""
+            mark = "*" if conf == ident.get("chosen_confidence") else ""
             sel_rows.append([name, conf + mark, _fmt(m["AURC"], digits=4), _fmt(m["E-AURC"], digits=4),
                              _fmt(m["AUGRC"], digits=4), _fmt(m["R@1@50%"]), _fmt(m["R@1@80%"])])
     if len(ident_rows) == 1:
@@ -305,7 +311,8 @@ def format_uncertainty_tables(rows: dict[str, dict[str, Any]]) -> str:
     return "\n".join([
         "query identification on the evaluated split (thresholds fitted on val; P/R in %):",
         _table(ident_rows),
-        "selective retrieval (higher confidence answered first; * = best evidential confidence by AURC):",
+        "selective retrieval (higher confidence answered first; * = evidential confidence with the lowest AURC "
+        "on val):",
         _table(sel_rows),
     ])
 

@@ -72,7 +72,7 @@ def test_fit_on_val_and_evaluate_on_test():
     truth = torch.tensor([TYPE_CODES[k] for k in test[3]])
     assert fitted["macro_f1"] == pytest.approx(macro_f1(analysed.identified, truth))
     assert fitted["macro_f1"] > 0.9  # the planted structure is easy to read off the opinions
-    assert ident["best_evidential_confidence"] in ("neg_u", "top_belief", "neg_xi")
+    assert ident["chosen_confidence"] == uncertainty.chosen_confidence in ("neg_u", "top_belief", "neg_xi")
     json.dumps(result)  # JSON-ready (NaN aside, which the CLI turns into null)
     table = format_uncertainty_tables({"toy": result})
     assert "toy" in table and "max_score" in table and "macro-F1 fitted" in table
