@@ -235,9 +235,12 @@ def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bo
         \\mathrm{E\\text{-}AURC} = \\mathrm{AURC} - \\Big(\\frac{r_1}{n}
         + \\sum_{k=2}^{n} \\frac{r_k + r_{k-1}}{2n}\\Big).
 
-    So a perfect ranking scores exactly 0 and every confidence scores :math:`\\ge 0`. (The closed form
-    :math:`r + (1-r)\\ln(1-r)` of Geifman et al., used by fd-shifts for ``aurc_optimal``, is the
-    :math:`n \\to \\infty` limit of this optimum and undercuts it by :math:`O(1/n)`.)
+    So a perfect ranking scores exactly 0, and a confidence without ties scores :math:`\\ge 0` (its risk is at
+    least the ideal one at every coverage :math:`k/n`). Ties can make it slightly negative: the ideal risk
+    :math:`1 - n_c/k` is concave in :math:`k`, so the straight segment across a plateau of equal confidences
+    runs below it (fd-shifts notes the same for its ``aurc_optimal``). The closed form
+    :math:`r + (1-r)\\ln(1-r)` of Geifman et al., which fd-shifts uses for binary residuals, is the
+    :math:`n \\to \\infty` limit of this optimum and lies :math:`O(1/n)` below it.
 
     Parameters
     ----------
@@ -247,7 +250,7 @@ def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bo
     Returns
     -------
     torch.Tensor
-        0-D float64 tensor (float32 on MPS), :math:`\\ge 0` up to rounding.
+        0-D float64 tensor (float32 on MPS).
 
     Examples
     --------
