@@ -71,3 +71,20 @@ __all__ = [
     "presets",
     "probabilistic",
 ]
+
+# Uncertainty at retrieval time: gallery opinions, query identification, selective confidences
+from evidential_prvr import uncertainty
+from evidential_prvr.uncertainty import (
+    GalleryIdentification,
+    GalleryQueryIdentifier,
+    GalleryUncertainty,
+    SelectiveConfidence,
+)
+
+__all__ += [
+    "GalleryUncertainty",
+    "GalleryQueryIdentifier",
+    "GalleryIdentification",
+    "SelectiveConfidence",
+    "uncertainty",
+]

@@ -86,7 +86,7 @@ class IntraVideoEvidentialLoss(nn.Module):
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> IntraVideoEvidentialLoss:
         """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`).
 
-        ``"release"``: ``FlexibleOT.from_preset("release")``, :math:`\\tau_{\\text{intra}}` = 0.06 (TVR)
+        ``"release"``: ``FlexibleOT.from_preset("release", dataset)``, :math:`\\tau_{\\text{intra}}` = 0.06 (TVR)
         or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence of the min-max normalised
         similarities. ``"paper"``: ``FlexibleOT.from_preset("paper")`` and the evidence of Eq. 3 as
         written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` replace any

@@ -132,3 +132,9 @@ def recall_at_k(
     result = {f"R@{k}": float(r) for k, r in zip(ks, recalls)}
     result["SumR"] = float(sum(recalls))
     return result
+
+
+# Selective retrieval: risk-coverage curves and their areas (implemented in evidential_prvr._risk_coverage)
+from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall  # noqa: E402
+
+__all__ += ["RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc", "selective_recall"]

@@ -34,6 +34,16 @@ from evidential_prvr.functional._gaussian import kl_margin, pairwise_gaussian_kl
 from evidential_prvr.functional._dab import bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
 from evidential_prvr.functional._hud import batch_classification_loss, biased_max_similarity, holistic_atomistic_consistency_loss
 
+# Uncertainty at retrieval time: gallery opinions, query types, selective confidences (Holmes §3.2)
+from evidential_prvr.functional._gallery import gallery_opinion
+from evidential_prvr.functional._query_types import (
+    batch_rule_query_types,
+    fit_query_thresholds,
+    identify_query_types,
+    macro_f1,
+)
+from evidential_prvr.functional._selective import selective_confidence
+
 __all__ = [
     # evidence and opinions
     "evidence",
@@ -77,4 +87,11 @@ __all__ = [
     "biased_max_similarity",
     "batch_classification_loss",
     "holistic_atomistic_consistency_loss",
+    # uncertainty at retrieval time
+    "gallery_opinion",
+    "identify_query_types",
+    "fit_query_thresholds",
+    "batch_rule_query_types",
+    "macro_f1",
+    "selective_confidence",
 ]

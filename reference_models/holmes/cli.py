@@ -15,6 +15,12 @@
     Write the embedded benchmark, train Holmes and the MIL baseline (and the DAB variant with
     ``--with-dab``), print a results table and write ``<output-dir>/results.json``.
 
+``diagnose``
+    Write an HTML report of a checkpoint's retrieval-time uncertainty (:mod:`reference_models.holmes.diagnose`).
+
+``train``, ``evaluate`` and ``demo`` also fit the retrieval-time identification thresholds on the ``val`` split
+and report selective retrieval and identification (:mod:`reference_models.holmes.selective`).
+
 Exit status: 0 on success; 2 for a problem the user can fix (bad data, flag, value, file or folder),
 reported as one line on standard error naming it, without a traceback. A traceback means a bug.
 """
@@ -158,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="data, runs and results.json")
     demo.add_argument("--epochs", type=_int_at_least(1), help="override the embedded preset's number of epochs")
     demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant")
+
+    from reference_models.holmes.diagnose import add_diagnose_parser
+
+    add_diagnose_parser(sub, data_args, _device)
     return parser
 
 
@@ -167,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it already
         return exc.code if isinstance(exc.code, int) else EXIT_USER_ERROR
-    handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo}[args.command]
+    handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
+               "diagnose": _diagnose}[args.command]
     try:
         return handler(args)
     except UserError as exc:
@@ -331,6 +342,7 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     from reference_models.holmes.checkpoint import CheckpointError, remove_orphan_temporaries
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
     from reference_models.holmes.run_folder import clear_run
+    from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
     from reference_models.holmes.trainer import Trainer
 
     _claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
@@ -353,8 +365,10 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     result = trainer.fit()
     model = trainer.load_best()
     planted = _planted(args.data_root, args.collection)
+    uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=args.device,
+                                            planted_types=planted, kl_margin=True)
     test = evaluate_retrieval(model, splits["test"], cfg, device=args.device, planted_types=planted,
-                              identifier=trainer.objective.identifier())
+                              identifier=trainer.objective.identifier(), uncertainty=uncertainty)
     results = {
         "config": cfg.to_dict(),
         "seed": args.seed,
@@ -370,6 +384,7 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     }
     _write_json(out / "results.json", results)
     print(_format_table({_row_name(cfg.name, test_note): results["test"]}))
+    print(format_uncertainty_tables({_row_name(cfg.name, test_note): results["test"]}))
     if test_note:
         print(f"note: {test_note}")
     print(f"results written to {out / 'results.json'}")
@@ -389,6 +404,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.factory import build_model
     from reference_models.holmes.objective import HolmesObjective
+    from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
 
     state = load_checkpoint(args.checkpoint, map_location=args.device)
     require_keys(state, args.checkpoint, ("config", "model", "visual_dim", "text_dim", "n_clips", "n_frames"))
@@ -396,7 +412,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         cfg = HolmesConfig.from_dict(state["config"])
     except (TypeError, ValueError) as exc:
         raise CheckpointError(args.checkpoint, f"its config is not valid here ({exc})") from None
-    names = ("val", args.split) if args.split == "test" else (args.split,)
+    names = tuple(dict.fromkeys(("val", args.split)))  # val: the identification thresholds are fitted there
     splits, note = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, names)
     split = splits[args.split]
     if (split.visual_dim, split.text_dim) != (state["visual_dim"], state["text_dim"]):
@@ -404,16 +420,28 @@ def _evaluate(args: argparse.Namespace) -> int:
                         f"{state['text_dim']}), the data under --data-root have ({split.visual_dim}, {split.text_dim})")
     model = build_model(cfg, split.visual_dim, split.text_dim, state["n_clips"], state["n_frames"]).to(args.device)
     model.load_state_dict(state["model"])
-    identifier = HolmesObjective(cfg, cfg.model.hidden_size).identifier()
-    result = evaluate_retrieval(model, split, cfg, device=args.device, identifier=identifier,
-                                planted_types=_planted(args.data_root, args.collection))
-    print(_format_table({_row_name(cfg.name, note, split.split): result.to_dict()}))
+    objective = HolmesObjective(cfg, cfg.model.hidden_size)
+    planted = _planted(args.data_root, args.collection)
+    uncertainty = fit_retrieval_uncertainty(model, objective, splits["val"], cfg, device=args.device,
+                                            planted_types=planted)
+    result = evaluate_retrieval(model, split, cfg, device=args.device, identifier=objective.identifier(),
+                                planted_types=planted, uncertainty=uncertainty)
+    row = _row_name(cfg.name, note, split.split)
+    print(_format_table({row: result.to_dict()}))
+    print(format_uncertainty_tables({row: result.to_dict()}))
     if note:
         print(f"note: {note}")
     if args.output:
         extra = {"split": split.split, **({"split_note": note} if note else {})}
         _write_json(args.output, {**result.to_dict(), **extra}, flag="--output")
     return 0
+
+
+# --- diagnose -------------------------------------------------------------------------------------
+def _diagnose(args: argparse.Namespace) -> int:
+    from reference_models.holmes.diagnose import run_diagnose
+
+    return run_diagnose(args)
 
 
 # --- demo -----------------------------------------------------------------------------------------
@@ -431,7 +459,11 @@ def _demo(args: argparse.Namespace) -> int:
                              num_workers=args.num_workers)
     results["total_seconds"] = time.perf_counter() - start
     _write_json(out / "results.json", results)
-    print(_format_table({k: v for k, v in results.items() if k in ("holmes", "baseline", "dab")}))
+    from reference_models.holmes.selective import format_uncertainty_tables
+
+    rows = {k: v for k, v in results.items() if k in ("holmes", "baseline", "dab")}
+    print(_format_table(rows))
+    print(format_uncertainty_tables(rows))
     print(f"results written to {out / 'results.json'} ({results['total_seconds']:.0f}s)")
     return 0
 
@@ -457,6 +489,7 @@ def run_comparison(
     with the same identifier settings (those of ``config``), so the identification rows compare.
     """
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.selective import fit_retrieval_uncertainty
     from reference_models.holmes.trainer import Trainer
 
     splits, _ = _load_splits(data_root, collection, visual_feature, config, ("train", "val", "test"))
@@ -471,8 +504,10 @@ def run_comparison(
                           show_progress=show_progress, num_workers=num_workers, verbose=True)
         fit = trainer.fit()
         model = trainer.load_best()
+        uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=device,
+                                                planted_types=planted, kl_margin=True)
         test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
-                                  identifier=trainer.objective.identifier()).to_dict()
+                                  identifier=trainer.objective.identifier(), uncertainty=uncertainty).to_dict()
         test["best_epoch"] = fit.best_epoch
         test["best_val_sumr"] = fit.best_sumr
         test["train_seconds"] = time.perf_counter() - t0

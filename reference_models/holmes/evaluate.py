@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from evidential_prvr import QueryType, UncertaintyGuidedIdentifier
+from evidential_prvr.functional import macro_f1
 from evidential_prvr.metrics import recall_at_k
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
@@ -74,12 +75,17 @@ class EvaluationResult:
     efficiency : dict
         ``video_encoding_seconds``, ``retrieval_seconds``, ``parameters_millions``, ``num_queries``,
         ``num_videos``.
+    selective, gallery_identification : dict or None
+        Selective-retrieval metrics per confidence and the identification with thresholds fitted on the
+        validation split (see :mod:`reference_models.holmes.selective`), when an ``uncertainty`` is given.
     """
 
     recall: dict[str, float]
     per_type_r1: dict[str, float] | None = None
     identification: dict[str, Any] | None = None
     efficiency: dict[str, float] = field(default_factory=dict)
+    selective: dict[str, Any] | None = None
+    gallery_identification: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary."""
@@ -140,6 +146,7 @@ def identification_report(identified: torch.Tensor, planted: list[str | None]) -
     total = len(true)
     return {
         "per_type": per_type,
+        "macro_f1": macro_f1(torch.tensor(pred), torch.tensor(true)) if total else math.nan,
         "accuracy": sum(confusion[i][i] for i in range(3)) / total if total else math.nan,
         "confusion": {TYPE_NAMES[r]: {TYPE_NAMES[c]: confusion[r][c] for c in range(3)} for r in range(3)},
     }
@@ -155,6 +162,7 @@ def evaluate_retrieval(
     identifier: UncertaintyGuidedIdentifier | None = None,
     identify_chunk: int | None = None,
     ks: tuple[int, ...] = (1, 5, 10, 100),
+    uncertainty: Any = None,
 ) -> EvaluationResult:
     """Encode ``split``, score it in blocks and compute the metrics described in the module docstring.
 
@@ -176,6 +184,9 @@ def evaluate_retrieval(
         Queries per identification block (default: all).
     ks : tuple of int
         Recall cut-offs (those above the number of videos still count; R@K is then 100).
+    uncertainty : RetrievalUncertainty, optional
+        Fitted on the validation split (:func:`reference_models.holmes.selective.fit_retrieval_uncertainty`);
+        adds ``selective`` and ``gallery_identification``.
     """
     device = torch.device(device)
     optim = config.optim
@@ -199,6 +210,10 @@ def evaluate_retrieval(
         if identifier is not None:
             identified = identify_queries(identifier.to(device), sims.frame, sims.clip, gt, identify_chunk)
             ident = identification_report(identified, types)
+    extra: dict[str, Any] = {}
+    if uncertainty is not None:
+        types = [planted_types.get(c) for c in split.caption_ids] if planted_types else [None] * split.num_captions
+        extra = uncertainty.evaluate(sims, queries, gt, types, videos)
     efficiency = {
         "video_encoding_seconds": video_seconds,
         "retrieval_seconds": retrieval_seconds,
@@ -206,7 +221,7 @@ def evaluate_retrieval(
         "num_queries": float(split.num_captions),
         "num_videos": float(split.num_videos),
     }
-    return EvaluationResult(recall=recall, per_type_r1=per_type, identification=ident, efficiency=efficiency)
+    return EvaluationResult(recall=recall, per_type_r1=per_type, identification=ident, efficiency=efficiency, **extra)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -1,0 +1,317 @@
+"""Uncertainty at retrieval time for the reference model: fitted identification and selective retrieval.
+
+:class:`RetrievalUncertainty` wires the library's :class:`~evidential_prvr.GalleryUncertainty`,
+:class:`~evidential_prvr.GalleryQueryIdentifier` and :func:`~evidential_prvr.functional.selective_confidence`
+to a trained model:
+
+1. :meth:`RetrievalUncertainty.fit` encodes the **validation** split, forms every query's opinion over its
+   top-``k`` videos and fits the identification thresholds there (macro-F1 against the planted types of
+   the embedded benchmark; without types, the Youden fit on top-1 correctness);
+2. :meth:`RetrievalUncertainty.evaluate` does the same on the evaluated split's scores and reports, per
+   confidence, AURC, E-AURC, AUGRC and R@1 at 50 % / 80 % coverage (``"selective"``), and the fitted
+   identification's per-type precision/recall and macro-F1 next to the paper's in-batch rule applied to
+   the same opinions (``"gallery_identification"``).
+
+**Evidence settings.** τ and the tanh form are those of the training objective's identifier. The
+evidence of a query is computed at the temperature :math:`\\tau_i = \\tau\\,\\overline{\\lVert q\\rVert} /
+\\lVert q_i\\rVert` (``query_scale`` of :func:`~evidential_prvr.functional.gallery_opinion`), where
+:math:`\\overline{\\lVert q\\rVert}` is the mean query-embedding norm of the validation split: the cosine of
+Eq. 1 drops the norm, and with it the one signal that tells an under-determined query (one the text encoder
+barely responds to) from a clear one; ``use_query_norm=False`` reproduces the plain cosine evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, UncertaintyGuidedIdentifier
+from evidential_prvr.functional import macro_f1, selective_confidence
+from evidential_prvr.uncertainty import CONFIDENCES, EVIDENTIAL_CONFIDENCES, GalleryOpinion, QueryTypeThresholds
+from evidential_prvr.metrics import augrc, aurc, e_aurc, selective_recall
+from reference_models.holmes.config import HolmesConfig
+from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
+from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
+
+__all__ = [
+    "COVERAGES",
+    "TYPE_CODES",
+    "QueryUncertainty",
+    "RetrievalUncertainty",
+    "selective_metrics",
+    "format_uncertainty_tables",
+    "fit_retrieval_uncertainty",
+]
+
+#: Coverages of the R@1-at-coverage columns.
+COVERAGES = (0.5, 0.8)
+#: Planted-type name → :class:`~evidential_prvr.QueryType` code.
+TYPE_CODES = {"precise": 0, "polysemous": 1, "underdetermined": 2}
+_TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}
+
+
+def selective_metrics(confidence: torch.Tensor, correct: torch.Tensor) -> dict[str, float]:
+    """AURC, E-AURC, AUGRC (fractions) and R@1 at :data:`COVERAGES` (percent) of one confidence."""
+    recall = selective_recall(confidence, correct, COVERAGES).tolist()
+    out = {"AURC": float(aurc(confidence, correct)), "E-AURC": float(e_aurc(confidence, correct)),
+           "AUGRC": float(augrc(confidence, correct))}
+    out.update({f"R@1@{round(100 * c)}%": r for c, r in zip(COVERAGES, recall)})
+    return out
+
+
+def _report(identified: torch.Tensor, types: list[str | None]) -> dict[str, Any]:
+    """Per-type precision/recall, accuracy, confusion ``[planted][identified]`` and macro-F1 (known types only)."""
+    known = [i for i, t in enumerate(types) if t is not None]
+    pred = identified.detach().cpu()[known]
+    true = torch.tensor([TYPE_CODES[types[i]] for i in known], dtype=torch.int64)
+    confusion = torch.bincount(true * 3 + pred, minlength=9).reshape(3, 3).tolist() if known else [[0] * 3] * 3
+    per_type = {}
+    for code, name in _TYPE_NAMES.items():
+        hit, n_pred, n_true = confusion[code][code], sum(r[code] for r in confusion), sum(confusion[code])
+        per_type[name] = {"precision": hit / n_pred if n_pred else math.nan,
+                          "recall": hit / n_true if n_true else math.nan, "identified": n_pred, "planted": n_true}
+    return {
+        "per_type": per_type,
+        "macro_f1": macro_f1(pred, true) if known else math.nan,
+        "accuracy": sum(confusion[i][i] for i in range(3)) / len(known) if known else math.nan,
+        "confusion": {_TYPE_NAMES[r]: {_TYPE_NAMES[c]: confusion[r][c] for c in range(3)} for r in range(3)},
+    }
+
+
+@dataclass
+class QueryUncertainty:
+    """Per-query results on one split (what :meth:`RetrievalUncertainty.analyse` returns).
+
+    Attributes
+    ----------
+    opinion : GalleryOpinion
+        Opinions over the top-k candidates (computed with the ground truth, so ``correct`` is set).
+    confidences : dict
+        Confidence name → ``[Q]`` tensor (higher = more trusted).
+    identified : torch.Tensor
+        ``int64 [Q]`` types from the fitted thresholds.
+    batch_rule : torch.Tensor
+        ``int64 [Q]`` types from the paper's in-batch rule on the same opinions.
+    types : list
+        Planted type name per query, or ``None`` where unknown.
+    """
+
+    opinion: GalleryOpinion
+    confidences: dict[str, torch.Tensor]
+    identified: torch.Tensor
+    batch_rule: torch.Tensor
+    types: list[str | None]
+
+
+class RetrievalUncertainty:
+    """Gallery opinions, fitted identification and selective confidences of a trained model.
+
+    Parameters
+    ----------
+    gallery : GalleryUncertainty
+        Opinion settings (k, τ, tanh form).
+    beta, entropy_median
+        Settings of the paper's in-batch rule, reported for comparison.
+    use_query_norm : bool
+        Scale each query's evidence temperature by its embedding norm (see the module docstring).
+    grid : int
+        Quantile levels per threshold in the fit.
+    kl_cost : callable, optional
+        ``(queries [Q, d], videos) -> [Q, V]`` DAB cost; adds the ``"kl_margin"`` confidence.
+    """
+
+    def __init__(
+        self,
+        gallery: GalleryUncertainty,
+        *,
+        beta: float = 0.3,
+        entropy_median: str = "candidates",
+        use_query_norm: bool = True,
+        grid: int = 33,
+        kl_cost: Callable[[torch.Tensor, Any], torch.Tensor] | None = None,
+    ) -> None:
+        self.gallery = gallery
+        self.identifier = GalleryQueryIdentifier(grid=grid)
+        self.batch_identifier = GalleryQueryIdentifier(rule="batch", beta=beta, entropy_median=entropy_median)
+        self.use_query_norm = use_query_norm
+        self.kl_cost = kl_cost
+        self.reference_norm: float | None = None
+        self.fit_criterion: str | None = None
+        #: The evidential confidence with the lowest AURC on the validation split (set by :meth:`fit`).
+        self.chosen_confidence: str = "top_belief"
+
+    @classmethod
+    def from_identifier(
+        cls, identifier: UncertaintyGuidedIdentifier, *, k: int = 10, **kwargs: Any
+    ) -> RetrievalUncertainty:
+        """Use the evidence settings (τ, tanh form, β, median rule) of the training objective's identifier."""
+        gallery = GalleryUncertainty(k=k, tau=identifier.tau, tanh_scaling=identifier.tanh_scaling)
+        return cls(gallery, beta=identifier.beta, entropy_median=identifier.entropy_median, **kwargs)
+
+    @property
+    def thresholds(self) -> QueryTypeThresholds:
+        """The identification thresholds (fitted by :meth:`fit`)."""
+        return self.identifier.thresholds
+
+    # --- opinions ---------------------------------------------------------------------------------
+    def opinion(self, sims, queries: torch.Tensor, gt: torch.Tensor) -> GalleryOpinion:
+        """Opinions of the scores ``sims`` (``frame``, ``clip``, ``score`` ``[Q, V]``) of ``queries [Q, d]``."""
+        scale = None
+        if self.use_query_norm:
+            if self.reference_norm is None:
+                raise RuntimeError("call fit() first: the query-norm reference comes from the validation split")
+            scale = queries.norm(dim=-1).to(sims.score.dtype) / self.reference_norm
+        target = gt.to(sims.score.device)
+        return self.gallery(sims.frame, sims.clip, ranking=sims.score, query_scale=scale, target=target)
+
+    @staticmethod
+    def encode(model: nn.Module, split: PRVRSplit, config: HolmesConfig, device: torch.device | str):
+        """``(videos, queries, sims)`` of a split (eval mode, blockwise scoring)."""
+        optim = config.optim
+        videos = encode_all_videos(model, make_video_loader(split, optim.eval_video_batch), device)
+        queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
+        sims = score_matrix(model, videos, queries, query_chunk=optim.score_chunk, video_chunk=optim.eval_video_batch)
+        return videos, queries, sims
+
+    # --- fit --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def fit(
+        self,
+        model: nn.Module,
+        split: PRVRSplit,
+        config: HolmesConfig,
+        *,
+        device: torch.device | str = "cpu",
+        planted_types: dict[str, str] | None = None,
+    ) -> RetrievalUncertainty:
+        """Fit the query-norm reference and the identification thresholds on ``split`` (the validation split)."""
+        _, queries, sims = self.encode(model, split, config, device)
+        types = [planted_types.get(c) for c in split.caption_ids] if planted_types else [None] * split.num_captions
+        self.fit_scores(sims, queries, split.caption_video_index, types)
+        return self
+
+    @torch.no_grad()
+    def fit_scores(self, sims, queries: torch.Tensor, gt: torch.Tensor, types: list[str | None]) -> QueryTypeThresholds:
+        """:meth:`fit` on already computed scores and query embeddings.
+
+        Also picks :attr:`chosen_confidence`, the evidential confidence with the lowest AURC on these queries.
+        """
+        self.reference_norm = float(queries.norm(dim=-1).mean())
+        op = self.opinion(sims, queries, gt)
+        assert op.correct is not None
+        self.chosen_confidence = min(EVIDENTIAL_CONFIDENCES,
+                                     key=lambda kind: float(aurc(selective_confidence(op, kind), op.correct)))
+        if types and all(t is not None for t in types):
+            codes = torch.tensor([TYPE_CODES[t] for t in types], dtype=torch.int64, device=op.candidates.device)
+            self.fit_criterion = "macro-F1 against the planted types"
+            return self.identifier.fit(op, query_types=codes)
+        self.fit_criterion = "Youden J of top-1 correctness"
+        return self.identifier.fit(op)
+
+    # --- evaluate ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def analyse(self, sims, queries: torch.Tensor, gt: torch.Tensor, types: list[str | None],
+                videos=None) -> QueryUncertainty:
+        """Per-query opinions, confidences and identifications of an evaluated split."""
+        op = self.opinion(sims, queries, gt)
+        kinds = [c for c in CONFIDENCES if c != "kl_margin"]
+        confidences = {kind: selective_confidence(op, kind) for kind in kinds}
+        if self.kl_cost is not None and videos is not None:
+            confidences["kl_margin"] = selective_confidence(op, "kl_margin", kl_cost=self.kl_cost(queries, videos))
+        return QueryUncertainty(op, confidences, self.identifier(op).query_type, self.batch_identifier(op).query_type,
+                                types)
+
+    def evaluate(self, sims, queries: torch.Tensor, gt: torch.Tensor, types: list[str | None],
+                 videos=None) -> dict[str, Any]:
+        """``{"selective": {confidence: metrics}, "gallery_identification": {...}}`` of an evaluated split."""
+        return self.summarise(self.analyse(sims, queries, gt, types, videos))
+
+    def summarise(self, result: QueryUncertainty) -> dict[str, Any]:
+        """The metrics of :meth:`evaluate` from an :meth:`analyse` result."""
+        types = result.types
+        correct = result.opinion.correct
+        assert correct is not None
+        selective = {name: selective_metrics(conf, correct) for name, conf in result.confidences.items()}
+        ident: dict[str, Any] = {
+            "fitted": {**_report(result.identified, types), "thresholds": self.thresholds.to_dict(),
+                       "criterion": self.fit_criterion},
+            "batch_rule": _report(result.batch_rule, types),
+            "settings": {"k": self.gallery.k, "tau": self.gallery.tau, "tanh_scaling": self.gallery.tanh_scaling,
+                         "query_norm": self.use_query_norm, "reference_norm": self.reference_norm},
+            "chosen_confidence": self.chosen_confidence,
+        }
+        return {"selective": selective, "gallery_identification": ident}
+
+
+def fit_retrieval_uncertainty(
+    model: nn.Module,
+    objective: nn.Module,
+    val_split: PRVRSplit,
+    config: HolmesConfig,
+    *,
+    device: torch.device | str = "cpu",
+    planted_types: dict[str, str] | None = None,
+    kl_margin: bool = False,
+) -> RetrievalUncertainty:
+    """:class:`RetrievalUncertainty` with the settings of ``objective`` (a ``HolmesObjective``) fitted on ``val_split``.
+
+    With ``kl_margin`` and a DAB objective, its (trained) Gaussian heads give the ``"kl_margin"`` confidence;
+    leave it off for an objective built afresh (its heads would be untrained).
+    """
+    dab = getattr(objective, "dab", None) if kl_margin else None
+    kl_cost = None
+    if dab is not None:
+        def kl_cost(queries: torch.Tensor, videos) -> torch.Tensor:
+            return dab.alignment.cost(queries, videos.frame, videos.frame_mask)
+    uncertainty = RetrievalUncertainty.from_identifier(objective.identifier(), kl_cost=kl_cost)
+    return uncertainty.fit(model, val_split, config, device=device, planted_types=planted_types)
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{scale * value:.{digits}f}"
+
+
+def format_uncertainty_tables(rows: dict[str, dict[str, Any]]) -> str:
+    """Two plain-text tables: identification (fitted vs the paper's rule) and selective retrieval per confidence.
+
+    ``rows`` maps a model name to its evaluation dict (with ``"selective"`` and ``"gallery_identification"``);
+    rows without them are skipped.
+    """
+    ident_rows = [["model", "macro-F1 batch rule", "macro-F1 fitted", "P/R prec.", "P/R poly.", "P/R under."]]
+    sel_rows = [["model", "confidence", "AURC", "E-AURC", "AUGRC", "R@1@50%", "R@1@80%"]]
+    for name, res in rows.items():
+        ident, sel = res.get("gallery_identification"), res.get("selective")
+        if not ident or not sel:
+            continue
+        fitted = ident["fitted"]
+        cells = [name, _fmt(ident["batch_rule"]["macro_f1"], digits=3), _fmt(fitted["macro_f1"], digits=3)]
+        for t in ("precise", "polysemous", "underdetermined"):
+            m = fitted["per_type"][t]
+            cells.append(f"{_fmt(m['precision'], 100, 0)}/{_fmt(m['recall'], 100, 0)}")
+        ident_rows.append(cells)
+        for conf, m in sel.items():
+            mark = "*" if conf == ident.get("chosen_confidence") else ""
+            sel_rows.append([name, conf + mark, _fmt(m["AURC"], digits=4), _fmt(m["E-AURC"], digits=4),
+                             _fmt(m["AUGRC"], digits=4), _fmt(m["R@1@50%"]), _fmt(m["R@1@80%"])])
+    if len(ident_rows) == 1:
+        return ""
+    return "\n".join([
+        "query identification on the evaluated split (thresholds fitted on val; P/R in %):",
+        _table(ident_rows),
+        "selective retrieval (higher confidence answered first; * = evidential confidence with the lowest AURC "
+        "on val):",
+        _table(sel_rows),
+    ])
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    fmt = lambda r: "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([fmt(rows[0]), fmt(["-" * w for w in widths]), *map(fmt, rows[1:])])
