@@ -7,7 +7,8 @@ and the wall time. Exit status 1 if any example produced a NaN/Inf or an error.
 
 Example::
 
-    python benchmarks/property_soak.py            # about 10-20 minutes on two CPU cores
+    python benchmarks/property_soak.py            # outputs alone took 10-20 minutes on two CPU cores;
+                                                  # the gradient checks run the differentiable ones again
     python benchmarks/property_soak.py -k evidence
 """
 
@@ -30,23 +31,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="long", help="Hypothesis profile (default: long)")
     args = parser.parse_args(argv)
 
+    tests = "(test_outputs_are_finite or test_gradients_are_finite)"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_finite_outputs.py",
                "--hypothesis-show-statistics", "-k",
-               f"test_outputs_are_finite{' and (' + args.keyword + ')' if args.keyword else ''}"]
+               f"{tests}{' and (' + args.keyword + ')' if args.keyword else ''}"]
     start = time.perf_counter()
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "HYPOTHESIS_PROFILE": args.profile})
     seconds = time.perf_counter() - start
-    examples = re.findall(r"test_outputs_are_finite\[(\w+)\]:\s*\n\s*- during generate phase.*?(\d+) passing", run.stdout,
-                          re.S)
+    examples = re.findall(r"test_(outputs|gradients)_are_finite\[(\w+)\]:\s*\n\s*- during generate phase.*?(\d+) passing",
+                          run.stdout, re.S)
     total = 0
-    print(f"{'function':>38} | {'examples':>8}")
-    print("-" * 50)
-    for name, count in examples:
+    print(f"{'function':>38} | {'checks':>9} | {'examples':>8}")
+    print("-" * 62)
+    for kind, name, count in examples:
         total += int(count)
-        print(f"{name:>38} | {int(count):>8}")
+        print(f"{name:>38} | {kind:>9} | {int(count):>8}")
     summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr.strip()
-    print("-" * 50)
-    print(f"{'total':>38} | {total:>8}")
+    print("-" * 62)
+    print(f"{'total':>38} | {'':>9} | {total:>8}")
     print(f"pytest: {summary}  ({seconds:.0f} s, profile {args.profile})")
     if run.returncode:
         print(run.stdout[-4000:], run.stderr[-2000:], sep="\n")

@@ -2,13 +2,19 @@
 where it is differentiable) on valid input across extreme regimes: huge and tiny similarities, tiny
 temperatures and regularisations, half precision, ties and masks.
 
+``test_outputs_are_finite`` checks the values, ``test_gradients_are_finite`` the gradients of the
+differentiable functions; a failing example is reported as ``Draw(seed, scale, dtype)`` and replays with
+``CHECKS[name](Draw(seed, scale, dtype))``.
+
 The default Hypothesis profile runs a few dozen examples per function; the ``long`` profile (see
 ``benchmarks/property_soak.py``) runs at least 10,000 per function.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -18,15 +24,24 @@ from hypothesis import strategies as st
 
 from evidential_prvr import functional as F
 from evidential_prvr.presets import holmes_settings
+from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
+
+
+# +inf (or -inf for the consistency) switches a test of the three-fold rule off: a documented value, not an overflow
+_DISABLED = {"uncertainty": math.inf, "consistency": -math.inf, "aleatoric": math.inf, "runner_up": math.inf}
 
 
 def _finite(value) -> bool:
+    if isinstance(value, QueryTypeThresholds):
+        return all(math.isfinite(v) or v == _DISABLED[name] for name, v in value.to_dict().items())
     if isinstance(value, torch.Tensor):
         return bool(torch.isfinite(value).all()) if value.is_floating_point() else True
     if isinstance(value, np.ndarray):
         return bool(np.isfinite(value).all())
     if isinstance(value, (list, tuple)):
         return all(_finite(v) for v in value)
+    if isinstance(value, Gradients):
+        return True  # judged by test_gradients_are_finite
     if isinstance(value, (float, int)):
         return bool(np.isfinite(value))
     if hasattr(value, "__dataclass_fields__"):
@@ -36,9 +51,27 @@ def _finite(value) -> bool:
     return True  # strings, None
 
 
-def _grads_finite(loss: torch.Tensor, *leaves: torch.Tensor) -> bool:
+@dataclass(frozen=True)
+class Gradients:
+    """Whether every gradient of a check was finite.
+
+    Not a plain bool: a bool is an int, which ``_finite`` would read as a finite number whatever its value.
+    """
+
+    finite: bool
+
+
+def _grads_finite(loss: torch.Tensor, *leaves: torch.Tensor) -> Gradients:
     grads = torch.autograd.grad(loss.sum(), leaves, allow_unused=True)
-    return all(g is None or bool(torch.isfinite(g).all()) for g in grads)
+    return Gradients(all(g is None or bool(torch.isfinite(g).all()) for g in grads))
+
+
+def _verdicts(value) -> list[Gradients]:
+    if isinstance(value, Gradients):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _verdicts(item)]
+    return []
 
 
 class Draw:
@@ -46,7 +79,10 @@ class Draw:
 
     def __init__(self, seed: int, scale: float, dtype: torch.dtype) -> None:
         self.gen = torch.Generator().manual_seed(seed)
-        self.scale, self.dtype = scale, dtype
+        self.seed, self.scale, self.dtype = seed, scale, dtype
+
+    def __repr__(self) -> str:  # a failing example replays with CHECKS[name](Draw(seed, scale, dtype))
+        return f"Draw({self.seed}, {self.scale}, {self.dtype})"
 
     def int(self, low: int, high: int) -> int:
         return int(torch.randint(low, high + 1, (1,), generator=self.gen))
@@ -219,6 +255,94 @@ def check_calibrated(d):
     return F.calibrated_target(frame, clip, labels, torch.randint(0, 3, labels.shape, generator=d.gen))
 
 
+def _gallery(d: Draw, grad=False, target=None):
+    """A gallery opinion of random scores: k from 1 to beyond the gallery size (or None), optional ranking,
+    per-query scale and target, both evidence forms, small chunks."""
+    q, v = d.int(1, 12), d.int(1, 8)
+    frame, clip = d.sim(q, v, grad=grad), d.sim(q, v, grad=grad)
+    ranking = d.sim(q, v, grad=grad) if d.int(0, 1) else None
+    scale = None
+    if d.int(0, 1):  # lambda_i from e^-5 to e^5: tau_i = tau / lambda_i from 150 tau down to tau / 150
+        scale = (torch.rand(q, generator=d.gen, dtype=torch.float64) * 10 - 5).exp().to(d.dtype)
+    if target is None:
+        target = bool(d.int(0, 1))
+    op = F.gallery_opinion(
+        frame, clip, k=(None, *range(1, v + 3))[d.int(0, v + 2)], ranking=ranking, query_scale=scale,
+        target=d.labels(q, v) if target else None, tau=(0.01, 0.05, 0.1, 1.0)[d.int(0, 3)],
+        tanh_scaling=("inside", "outside")[d.int(0, 1)], query_chunk=d.int(1, 5),
+    )
+    return op, [x for x in (frame, clip, ranking) if x is not None]
+
+
+def _opinion_sum(op) -> torch.Tensor:
+    total = op.candidate_scores.sum() + op.fused_belief.sum() + op.conflict.sum()
+    for branch in (op.frame, op.clip, op.fused):
+        for name in ("uncertainty", "aleatoric", "top_belief", "consistency", "runner_up_consistency",
+                     "label_consistency"):
+            value = getattr(branch, name)
+            if value is not None:
+                total = total + value.sum()
+    return total
+
+
+def check_gallery_opinion(d):
+    op, leaves = _gallery(d, grad=True)
+    return op, _grads_finite(_opinion_sum(op), *leaves)
+
+
+def _thresholds(d: Draw, op) -> QueryTypeThresholds:
+    """Random thresholds: a quantile of each feature, or the value that switches the test off."""
+    fused = op.fused
+    def pick(x, disabled):
+        return disabled if d.int(0, 2) == 0 else float(x.double().quantile(float(torch.rand(1, generator=d.gen))))
+    return QueryTypeThresholds(pick(fused.uncertainty, math.inf), pick(fused.consistency, -math.inf),
+                               pick(fused.aleatoric, math.inf), pick(fused.runner_up_consistency, math.inf))
+
+
+def check_identify_query_types(d):
+    op, _ = _gallery(d)
+    th, fused = _thresholds(d, op), op.fused
+    runner_up = fused.runner_up_consistency if th.runner_up != math.inf or d.int(0, 1) else None
+    return F.identify_query_types(fused.uncertainty, fused.consistency, fused.aleatoric, th, runner_up=runner_up)
+
+
+def check_fit_query_thresholds(d):
+    op, _ = _gallery(d, target=True)
+    fused = op.fused
+    criterion = (dict(query_types=torch.randint(0, 3, (op.num_queries,), generator=d.gen)) if d.int(0, 1)
+                 else dict(correct=op.correct))
+    th = F.fit_query_thresholds(fused.uncertainty, fused.consistency, fused.aleatoric,
+                                runner_up=fused.runner_up_consistency if d.int(0, 1) else None,
+                                grid=d.int(2, 33), **criterion)
+    return th, F.identify_query_types(fused.uncertainty, fused.consistency, fused.aleatoric, th,
+                                      runner_up=fused.runner_up_consistency)
+
+
+def check_batch_rule(d):
+    op, _ = _gallery(d, target=True)
+    return F.batch_rule_query_types(op, beta=(0.0, 0.3, 1.0)[d.int(0, 2)],
+                                    entropy_median=("candidates", "batch")[d.int(0, 1)])
+
+
+def check_macro_f1(d):
+    q = d.int(1, 20)
+    actual = torch.randint(0, 3, (q,), generator=d.gen)
+    predicted = actual.clone() if d.int(0, 2) == 0 else torch.randint(0, 3, (q,), generator=d.gen)
+    return F.macro_f1(predicted, actual)
+
+
+def check_selective_confidence(d):
+    op, leaves = _gallery(d, grad=True)
+    kinds = [k for k in CONFIDENCES if k != "kl_margin" and (k != "margin" or op.k >= 2)]
+    confidence = F.selective_confidence(op, kinds[d.int(0, len(kinds) - 1)])
+    score_gradients = _grads_finite(confidence, *leaves)
+    v = d.int(2, 8)
+    cost = (torch.rand(op.num_queries, v, generator=d.gen, dtype=torch.float64) * d.scale).round().to(
+        d.alpha(1, 1).dtype).requires_grad_()  # rounded: ties between the two lowest costs
+    kl = F.selective_confidence(op, "kl_margin", kl_cost=cost)
+    return confidence, kl, score_gradients, _grads_finite(kl, cost)
+
+
 CHECKS: dict[str, Callable[[Draw], object]] = {
     "evidence": check_evidence,
     "opinion": lambda d: F.opinion(d.alpha(4, 6)),
@@ -259,6 +383,33 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "biased_max_similarity": check_biased,
     "batch_classification_loss": check_hud_loss("batch_classification_loss"),
     "holistic_atomistic_consistency_loss": check_hud_loss("holistic_atomistic_consistency_loss"),
+    "gallery_opinion": check_gallery_opinion,
+    "identify_query_types": check_identify_query_types,
+    "fit_query_thresholds": check_fit_query_thresholds,
+    "batch_rule_query_types": check_batch_rule,
+    "macro_f1": check_macro_f1,
+    "selective_confidence": check_selective_confidence,
+}
+
+
+#: The checks that also differentiate (their result holds a :class:`Gradients`).
+DIFFERENTIABLE = ("sinkhorn", "flexible_ot", "intra_video_loss", "inter_video_loss", "triplet_ranking_loss",
+                  "info_nce_loss", "query_diversity_loss", "base_retrieval_loss", "pac_loss", "biased_max_similarity",
+                  "batch_classification_loss", "holistic_atomistic_consistency_loss", "gallery_opinion",
+                  "selective_confidence")
+
+# Non-finite gradients these checks have found, with an input that shows them. Each is a non-strict xfail:
+# Hypothesis does not find the regime in every run. Remove an entry once the function is fixed.
+KNOWN_NONFINITE_GRADIENTS = {
+    "sinkhorn": "NaN gradient in float32 when the marginals have zero-mass entries, e.g. Draw(10, 3.0, "
+                "torch.float32) and Draw(584637, 50.0, torch.float32)",
+    "flexible_ot": "NaN gradient with grad='autodiff', also in float64: Draw(29, 3.0, torch.float64) "
+                   "(epsilon=0.01, dustbin_quantile=0.9, normalize=None) and Draw(97878, 3.0, torch.float32)",
+    "intra_video_loss": "infinite float16 gradient when all similarities tie at 0 under minmax normalisation, "
+                        "Draw(510509, 0.0001, torch.float16): the float32 gradient overflows float16",
+    "query_diversity_loss": "infinite float16 gradient for embeddings of norm ~1e-4, Draw(8, 0.0001, torch.float16)",
+    "base_retrieval_loss": "infinite float16 gradient, Draw(29, 1.0, torch.float16) and Draw(2714, 1.0, "
+                           "torch.float16)",
 }
 
 
@@ -266,7 +417,23 @@ def test_every_public_function_is_covered():
     assert set(CHECKS) == set(F.__all__)
 
 
+def test_the_differentiable_checks_are_the_ones_that_differentiate():
+    returns_gradients = {name for name, check in CHECKS.items() if _verdicts(check(Draw(0, 1.0, torch.float64)))}
+    assert returns_gradients == set(DIFFERENTIABLE)
+    assert set(KNOWN_NONFINITE_GRADIENTS) <= set(DIFFERENTIABLE)
+
+
 @pytest.mark.parametrize("name", sorted(CHECKS))
 @given(d=draws())
 def test_outputs_are_finite(name, d):
     assert _finite(CHECKS[name](d)), name
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(reason=KNOWN_NONFINITE_GRADIENTS[name], strict=False))
+    if name in KNOWN_NONFINITE_GRADIENTS else name
+    for name in sorted(DIFFERENTIABLE)
+])
+@given(d=draws())
+def test_gradients_are_finite(name, d):
+    assert all(v.finite for v in _verdicts(CHECKS[name](d))), name
