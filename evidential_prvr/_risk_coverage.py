@@ -45,8 +45,32 @@ __all__ = ["RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc", "selectiv
 class RiskCoverage(NamedTuple):
     """Operating points of a risk-coverage curve, by increasing coverage (decreasing threshold).
 
-    ``coverage`` and ``risk`` are 1-D tensors of one entry per unique confidence value; entry ``j``
-    belongs to the threshold ``torch.unique(confidence).flip(0)[j]``.
+    The result of :func:`risk_coverage`. ``coverage`` and ``risk`` are 1-D tensors of one entry per unique
+    confidence value; entry ``j`` belongs to the threshold ``torch.unique(confidence).flip(0)[j]``.
+
+    Attributes
+    ----------
+    coverage : torch.Tensor
+        Share of the queries answered at each operating point, increasing; the last entry is 1.
+    risk : torch.Tensor
+        Selective risk (share of wrong answers among the answered queries) at each operating point.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.metrics import risk_coverage
+    >>> confidence = torch.tensor([0.9, 0.7, 0.7, 0.2])
+    >>> coverage, risk = risk_coverage(confidence, torch.tensor([True, True, False, False]))
+    >>> coverage.tolist(), risk.tolist()
+    ([0.25, 0.75, 1.0], [0.0, 0.3333333333333333, 0.5])
+    >>> thresholds = torch.unique(confidence).flip(0)  # the threshold of each point
+    >>> thresholds.tolist()
+    [0.8999999761581421, 0.699999988079071, 0.20000000298023224]
+
+    References
+    ----------
+    Geifman and El-Yaniv, Selective classification for deep neural networks, NeurIPS 2017; used to evaluate
+    the confidences of Holmes' evidential opinions (Holmes, ICML 2026, Eq. 5, 9, 16).
     """
 
     coverage: torch.Tensor
@@ -114,7 +138,7 @@ def risk_coverage(
         ``bool [Q]`` (or 0/1 values): the query's answer is right (e.g. its top-1 video is the ground truth).
     validate_args : bool, optional
         Run the value checks (finite confidence, 0/1 ``correct``); ``None`` follows
-        :func:`evidential_prvr._checks.set_default_validate_args`. Shape, dtype and device are always checked.
+        :func:`evidential_prvr.set_default_validate_args`. Shape, dtype and device are always checked.
 
     Returns
     -------

@@ -1,9 +1,13 @@
-"""Retrieval metrics for PRVR: recall at K over a query × video score matrix.
+"""Retrieval metrics for PRVR: recall at K over a query × video score matrix, and the risk-coverage
+metrics of selective retrieval.
 
 R@K is the percentage of queries whose ground-truth video ranks in the top K, and SumR the sum of the
 R@K (Holmes §4.1, "Metrics"; the protocol of MS-SL that every PRVR paper reports).
 
-Users call :func:`evidential_prvr.metrics.recall_at_k`.
+Users call :func:`evidential_prvr.metrics.recall_at_k`; a system that may abstain is evaluated from one
+confidence and one correctness flag per query with :func:`~evidential_prvr.metrics.risk_coverage`,
+:func:`~evidential_prvr.metrics.aurc`, :func:`~evidential_prvr.metrics.e_aurc`,
+:func:`~evidential_prvr.metrics.augrc` and :func:`~evidential_prvr.metrics.selective_recall`.
 """
 
 from __future__ import annotations

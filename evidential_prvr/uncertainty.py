@@ -70,7 +70,7 @@ class GalleryUncertainty(nn.Module):
     query_chunk : int
         Queries processed at a time (bounds the temporary memory).
     validate_args : bool, optional
-        Value checks; ``None`` follows :func:`evidential_prvr._checks.set_default_validate_args`.
+        Value checks; ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------
@@ -151,6 +151,24 @@ class GalleryIdentification:
         ``"thresholds"`` or ``"batch"``.
     thresholds : QueryTypeThresholds or None
         The thresholds used (``None`` for the batch rule, whose thresholds depend on the queries passed).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, QueryType
+    >>> from evidential_prvr.uncertainty import QueryTypeThresholds
+    >>> scores = torch.tensor([[0.9, 0.0, 0.0], [0.6, 0.6, 0.6], [0.05, 0.0, 0.02]])
+    >>> op = GalleryUncertainty(k=3)(scores, scores)
+    >>> ident = GalleryQueryIdentifier(QueryTypeThresholds(uncertainty=0.2, runner_up=0.5))(op)
+    >>> ident.rule, [QueryType(int(t)).name for t in ident.query_type]
+    ('thresholds', ['PRECISE', 'POLYSEMOUS', 'UNDERDETERMINED'])
+    >>> ident.thresholds.uncertainty, ident.thresholds.runner_up
+    (0.2, 0.5)
+
+    References
+    ----------
+    Holmes: Revisiting Uncertainty: On Evidential Learning for Partially Relevant Video Retrieval, ICML 2026,
+    §3.2, Eq. 10-14 (the query types).
     """
 
     query_type: torch.Tensor
@@ -166,7 +184,7 @@ class GalleryQueryIdentifier(nn.Module):
     ``"thresholds"``
         :func:`~evidential_prvr.functional.identify_query_types` on the **fused** opinion's u, ξ and
         label-free consistencies with the answer (c) and with the runner-up (r), with fixed
-        :class:`~evidential_prvr.functional.QueryTypeThresholds` given at construction or chosen on a
+        :class:`~evidential_prvr.uncertainty.QueryTypeThresholds` given at construction or chosen on a
         validation split by :meth:`fit`. A query's type depends only on its own
         opinion, so the rule carries over from one split or gallery to another.
     ``"batch"``
@@ -299,7 +317,7 @@ class SelectiveConfidence(nn.Module):
     Parameters
     ----------
     kind : str
-        One of :data:`evidential_prvr.functional.CONFIDENCES`: ``"neg_u"`` (fused :math:`-u`),
+        One of :data:`evidential_prvr.uncertainty.CONFIDENCES`: ``"neg_u"`` (fused :math:`-u`),
         ``"top_belief"`` (fused belief of the top-1 video), ``"neg_xi"`` (fused :math:`-\\xi`),
         ``"margin"`` (top-1 minus top-2 score), ``"max_score"`` or ``"kl_margin"`` (DAB, needs ``kl_cost``).
     validate_args : bool, optional

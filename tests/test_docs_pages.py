@@ -53,30 +53,61 @@ _DIRECTIVE = re.compile(r"^\.\. (?:currentmodule|module|automodule)::\s*(\S+)|^\
                         re.MULTILINE)
 
 
-def _documented_names() -> set[str]:
-    """Fully qualified names of the ``autoclass`` / ``autofunction`` / ``autodata`` entries of the API pages."""
-    names = set()
+def _api_entries() -> list[str]:
+    """Every ``autoclass`` / ``autofunction`` / ``autodata`` entry of the API pages, duplicates kept."""
+    entries = []
     for page in sorted((DOCS / "api").glob("*.rst")):
         module = None
         for match in _DIRECTIVE.finditer(page.read_text(encoding="utf-8")):
             if match[1]:
                 module = match[1]
             elif "." in match[2] and match[2].split(".")[0] in ("evidential_prvr", "reference_models"):
-                names.add(match[2])
+                entries.append(match[2])
             else:
-                names.add(f"{module}.{match[2]}")
-    return names
+                entries.append(f"{module}.{match[2]}")
+    return entries
+
+
+def _documented_names() -> set[str]:
+    """Fully qualified names of the ``autoclass`` / ``autofunction`` / ``autodata`` entries of the API pages."""
+    return set(_api_entries())
 
 
 def test_every_public_name_has_an_api_entry():
     import evidential_prvr
-    from evidential_prvr import functional, metrics, presets, probabilistic
+    from evidential_prvr import functional, metrics, presets, probabilistic, uncertainty
 
     documented = _documented_names()
     missing = []
-    for module in (evidential_prvr, functional, metrics, presets, probabilistic):
+    for module in (evidential_prvr, functional, metrics, presets, probabilistic, uncertainty):
         for name in module.__all__:
-            if not isinstance(getattr(module, name), type(evidential_prvr)):  # submodules have their own pages
-                if f"{module.__name__}.{name}" not in documented:
-                    missing.append(f"{module.__name__}.{name}")
+            obj = getattr(module, name)
+            if isinstance(obj, type(evidential_prvr)):  # submodules have their own pages
+                continue
+            if module is uncertainty and getattr(evidential_prvr, name, None) is obj:
+                path = f"evidential_prvr.{name}"  # re-exported by the package: documented on its public path
+            else:
+                path = f"{module.__name__}.{name}"
+            if path not in documented:
+                missing.append(path)
     assert not missing, f"not on any docs/api page: {missing}"
+
+
+def test_no_class_or_function_has_two_api_entries():
+    import importlib
+    import inspect
+
+    seen: dict[int, str] = {}
+    twice = []
+    for entry in _api_entries():
+        module_name, _, name = entry.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError):  # a class member such as Class.method, or not importable here
+            continue
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue
+        if id(obj) in seen:
+            twice.append(f"{entry} (also {seen[id(obj)]})")
+        seen[id(obj)] = entry
+    assert not twice, f"documented twice: {twice}"

@@ -39,6 +39,7 @@ INVENTORIES: dict[str, tuple[str, str, list[tuple[str, str, str]]]] = {
         ("FileNotFoundError", "py:exception", "library/exceptions.html#$"),
         ("enum.IntEnum", "py:class", "library/enum.html#$"),
         ("typing.NamedTuple", "py:class", "library/typing.html#$"),
+        ("collections.abc.Callable", "py:class", "library/collections.abc.html#$"),
         ("dataclasses.replace", "py:function", "library/dataclasses.html#$"),
         ("ast.literal_eval", "py:function", "library/ast.html#$"),
         ("pathlib.Path", "py:class", "library/pathlib.html#$"),

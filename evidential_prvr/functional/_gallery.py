@@ -81,6 +81,22 @@ class BranchOpinion:
         Label-free consistency :math:`\\max(0, s_{i\\hat{\\jmath}^{(2)}})` ``[Q]`` with the runner-up (0 if ``K = 1``).
     label_consistency : torch.Tensor or None
         Eq. 7 with the annotated video, :math:`\\max(0, s_{i y_i})` ``[Q]``, when a target was given.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import gallery_opinion
+    >>> scores = torch.tensor([[0.9, 0.1, 0.0, -0.2], [0.5, 0.4, 0.0, 0.0]])
+    >>> clip = gallery_opinion(scores, scores.clone(), k=2, target=torch.tensor([0, 0])).clip
+    >>> clip.consistency.tolist(), clip.runner_up_consistency.tolist()  # with the top-1 and top-2 video
+    ([0.8999999761581421, 0.5], [0.10000000149011612, 0.4000000059604645])
+    >>> clip.label_consistency.tolist()  # Eq. 7 with the annotated video 0
+    [0.8999999761581421, 0.5]
+
+    References
+    ----------
+    Holmes: Revisiting Uncertainty: On Evidential Learning for Partially Relevant Video Retrieval, ICML 2026,
+    §3.2, Eq. 5, 7 and 9.
     """
 
     uncertainty: torch.Tensor
@@ -101,8 +117,10 @@ class GalleryOpinion:
         ``int64 [Q, K]`` gallery indices of the candidates, best first (by the ranking score).
     candidate_scores : torch.Tensor
         ``[Q, K]`` ranking scores of the candidates, descending.
-    frame, clip : BranchOpinion
-        The frame- and clip-scale opinions (consistency from that branch's scores).
+    frame : BranchOpinion
+        The frame-scale opinion (consistency from the frame scores).
+    clip : BranchOpinion
+        The clip-scale opinion (consistency from the clip scores).
     fused : BranchOpinion
         The Dempster-Shafer fusion of the two (Eq. 16); its consistency uses the ranking score.
     fused_belief : torch.Tensor
@@ -112,6 +130,23 @@ class GalleryOpinion:
     correct : torch.Tensor or None
         ``bool [Q]`` when a target was given: the annotated video ranks first with no other video
         scoring as high (the R@1 convention of :func:`evidential_prvr.metrics.recall_at_k`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import gallery_opinion
+    >>> scores = torch.tensor([[0.9, 0.1, 0.0, -0.2], [0.2, 0.5, 0.4, 0.0]])
+    >>> op = gallery_opinion(scores, scores.clone(), k=2, target=torch.tensor([0, 0]))
+    >>> op.num_queries, op.k, op.candidates.tolist(), op.correct.tolist()
+    (2, 2, [[0, 1], [1, 2]], [True, False])
+    >>> total = op.fused_belief.sum(dim=1) + op.fused.uncertainty  # belief masses and u add up to 1 (Eq. 5)
+    >>> [round(v, 6) for v in total.tolist()]
+    [1.0, 1.0]
+
+    References
+    ----------
+    Holmes: Revisiting Uncertainty: On Evidential Learning for Partially Relevant Video Retrieval, ICML 2026,
+    §3.2, Eq. 3-5, 7, 9 and 16.
     """
 
     candidates: torch.Tensor

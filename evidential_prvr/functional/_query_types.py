@@ -58,6 +58,19 @@ class QueryTypeThresholds:
         :math:`\\beta_\\xi`: a precise query needs :math:`\\xi < \\beta_\\xi` (``inf`` disables it).
     runner_up : float
         :math:`\\beta_r`: a precise query needs :math:`r < \\beta_r`, no strong alternative (``inf`` disables it).
+
+    Examples
+    --------
+    >>> from evidential_prvr.uncertainty import QueryTypeThresholds
+    >>> QueryTypeThresholds(uncertainty=0.5).to_dict()  # the other tests are off
+    {'uncertainty': 0.5, 'consistency': -inf, 'aleatoric': inf, 'runner_up': inf}
+    >>> QueryTypeThresholds(**QueryTypeThresholds(0.5, 0.3).to_dict())  # a round trip
+    QueryTypeThresholds(uncertainty=0.5, consistency=0.3, aleatoric=inf, runner_up=inf)
+
+    References
+    ----------
+    Holmes: Revisiting Uncertainty: On Evidential Learning for Partially Relevant Video Retrieval, ICML 2026,
+    §3.2, Eq. 10-12 (fixed values in place of the adaptive thresholds of Eq. 11).
     """
 
     uncertainty: float = math.inf

@@ -53,7 +53,7 @@ def selective_confidence(
     opinion : GalleryOpinion
         Output of :func:`evidential_prvr.functional.gallery_opinion`.
     kind : str
-        One of :data:`CONFIDENCES`.
+        One of :data:`~evidential_prvr.uncertainty.CONFIDENCES`.
     kl_cost : torch.Tensor, optional
         ``[Q, V]`` DAB costs (lower = better), required for ``"kl_margin"`` only.
     validate_args : bool, optional

@@ -111,8 +111,9 @@ class TransportExample:
         ``[Mc]`` mass each clip sends to the dustbin under flexible OT.
     query_labels : list of str
         Row labels (caption ids or short names).
-    spans : list of (float, float) or None
-        Each query's annotated event in clip units ``[start, end)``, drawn as an outline when known.
+    spans : list of tuple or None
+        Each query's annotated event in clip units, a ``(start, end)`` pair of floats (``[start, end)``),
+        drawn as an outline when known.
     """
 
     video_id: str

@@ -121,7 +121,7 @@ class RetrievalUncertainty:
         Scale each query's evidence temperature by its embedding norm (see the module docstring).
     grid : int
         Quantile levels per threshold in the fit.
-    kl_cost : callable, optional
+    kl_cost : collections.abc.Callable, optional
         ``(queries [Q, d], videos) -> [Q, V]`` DAB cost; adds the ``"kl_margin"`` confidence.
     """
 
