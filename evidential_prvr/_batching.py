@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
+from evidential_prvr._numerics import normalize_rows
 from evidential_prvr._checks import as_mask, check_finite, check_positive_int, check_same_device, check_tensor, should_validate
 
 __all__ = ["IntraVideoBatch", "build_intra_video_batch"]
@@ -169,8 +169,8 @@ def build_intra_video_batch(
     gather = torch.where(query_mask, query_index, torch.full_like(query_index, n_queries)).view(-1)
     queries = padded_emb.index_select(0, gather).view(n_videos, max_queries, dim)
 
-    q = F.normalize(queries, dim=-1) if cosine else queries
-    c = F.normalize(clip_emb, dim=-1) if cosine else clip_emb
+    q = normalize_rows(queries, queries.dtype) if cosine else queries
+    c = normalize_rows(clip_emb, clip_emb.dtype) if cosine else clip_emb
     sim = torch.bmm(q, c.transpose(1, 2))
     valid = query_mask.unsqueeze(2) & cmask.unsqueeze(1)
     sim = torch.where(valid, sim, torch.zeros((), dtype=sim.dtype, device=sim.device))

@@ -24,6 +24,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._numerics import minmax_epsilon
 from evidential_prvr.functional._sinkhorn import SINKHORN_GRADS, SINKHORN_METHODS, _sinkhorn
 
 __all__ = [
@@ -45,7 +46,6 @@ FOT_NORMALIZATIONS = ("minmax", None)
 MINMAX_SCOPES = ("block", "valid")
 """Entries the min-max normalisation reads: the whole padded block (release) or the valid ones."""
 
-_MINMAX_EPS = 1e-8
 
 
 @dataclass
@@ -307,8 +307,14 @@ def prepare_fot_inputs(
     return qmask, cmask, valid, dense
 
 
-def fot_similarity(sim: torch.Tensor, valid: torch.Tensor, settings: FOTSettings, dense: bool) -> torch.Tensor:
-    """The similarities the transport uses (normalised as ``settings`` says), padded entries set to 0."""
+def fot_similarity(
+    sim: torch.Tensor, valid: torch.Tensor, settings: FOTSettings, dense: bool, input_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """The similarities the transport uses (normalised as ``settings`` says), padded entries set to 0.
+
+    ``input_dtype`` is the dtype the caller passed (``sim`` may already be upcast): for half-precision
+    inputs the min-max ``eps`` is that dtype's machine epsilon, so the gradient stays representable.
+    """
     zero = torch.zeros((), dtype=sim.dtype, device=sim.device)
     if settings.normalize == "minmax":
         if dense or settings.minmax_over == "block":
@@ -321,7 +327,7 @@ def fot_similarity(sim: torch.Tensor, valid: torch.Tensor, settings: FOTSettings
             empty = ~valid.any(dim=2).any(dim=1).view(-1, 1, 1)
             low = torch.where(empty, zero, low)
             high = torch.where(empty, zero, high)
-        sim = (sim - low) / (high - low + _MINMAX_EPS)
+        sim = (sim - low) / (high - low + minmax_epsilon(input_dtype or sim.dtype))
     return sim if dense else torch.where(valid, sim, zero)
 
 
@@ -370,7 +376,7 @@ def _flexible_ot(
 ) -> FlexibleOTResult:
     """:func:`flexible_ot` on validated inputs and boolean masks."""
     dtype = compute_dtype(sim)
-    similarity = fot_similarity(sim.to(dtype), valid, settings, dense)
+    similarity = fot_similarity(sim.to(dtype), valid, settings, dense, sim.dtype)
     x = similarity if settings.grad == "autodiff" else similarity.detach()
     batch, mq, mc = x.shape
     a, b = _fot_marginals(qmask, cmask, dtype, settings)

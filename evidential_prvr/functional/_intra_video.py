@@ -183,7 +183,7 @@ def _intra_video_loss(
     """:func:`intra_video_loss` on validated inputs."""
     if assignment == "softmax":
         transport = None
-        similarity = fot_similarity(sim.to(compute_dtype(sim)), valid, settings, dense)
+        similarity = fot_similarity(sim.to(compute_dtype(sim)), valid, settings, dense, sim.dtype)
         logits = (similarity.detach() / settings.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
         target = torch.where(valid, torch.softmax(logits, dim=2), torch.zeros_like(similarity))
     else:

@@ -31,6 +31,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._numerics import normalize_rows
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, reduce_rows
 from evidential_prvr.functional._targets import positive_mask
 
@@ -397,7 +398,7 @@ def _diversity_rows(query_emb: torch.Tensor, same_video: torch.Tensor, alpha: fl
                     lam: float) -> torch.Tensor:
     """Per-query contributions ``[Q]`` of L_div from a ``bool [Q, Q]`` same-video matrix (validated inputs)."""
     dtype = compute_dtype(query_emb)
-    q = F.normalize(query_emb.to(dtype), dim=-1)
+    q = normalize_rows(query_emb.to(dtype), query_emb.dtype)
     cos = q @ q.t()
     eye = torch.eye(q.shape[0], dtype=torch.bool, device=q.device)
     # clamp: rounding can push 1 + cos slightly below 0, and x**lam has an infinite slope at 0 for lam < 1

@@ -55,7 +55,9 @@ def scaling_range_bound(dtype: torch.dtype) -> float:
     It is 70% of :math:`-\\log(\\text{smallest normal})` of ``dtype``: about 61.1 in float32 and
     496 in float64. Within it every Gibbs-matrix entry :math:`e^{C - \\max C}` is a normal number, and the
     remaining 30% (about 26 in float32) leaves room for :math:`\\log` of the sizes and marginal ratios
-    that the scaling vectors also carry, so they stay finite and non-zero.
+    that the scaling vectors also carry, so they stay finite and non-zero. When the plan is
+    differentiated (``grad="autodiff"``) the scheme is used only within half this range: the backward
+    pass divides by squares of the scaling denominators, which must stay normal too.
 
     Examples
     --------
@@ -287,8 +289,10 @@ def _sinkhorn(
     b = torch.where(solvable.unsqueeze(1), b, torch.full_like(b, 1.0 / m))
     valid = valid | ~solvable.view(batch, 1, 1)
 
-    bound = scaling_range_bound(dtype)
-    with torch.set_grad_enabled(grad == "autodiff" and torch.is_grad_enabled()):
+    differentiating = grad == "autodiff" and torch.is_grad_enabled() and scores.requires_grad
+    # the backward pass divides by squares of the scaling denominators: half the range keeps them normal
+    bound = scaling_range_bound(dtype) / (2.0 if differentiating else 1.0)
+    with torch.set_grad_enabled(differentiating):
         x = valid_scores if grad == "autodiff" else valid_scores.detach()
         log_gibbs, low, high = _fill_invalid(x / epsilon, valid, maybe_empty=False)
         if method == "auto":
