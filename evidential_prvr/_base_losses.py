@@ -20,6 +20,7 @@ from evidential_prvr.functional._retrieval_losses import (
     VIDEO_NEGATIVES,
     BaseRetrievalLossDetails,
     base_retrieval_loss,
+    check_base_loss_settings,
     info_nce_loss,
     query_diversity_loss,
     triplet_ranking_loss,
@@ -241,17 +242,8 @@ class BaseRetrievalLoss(nn.Module):
         validate_args: bool | None = None,
     ) -> None:
         super().__init__()
-        check_positive(margin, "margin")
-        for name, value in (("frame_nce_weight", frame_nce_weight), ("clip_nce_weight", clip_nce_weight),
-                            ("div_weight", div_weight)):
-            check_in_range(value, name, 0.0, float("inf"), high_inclusive=False)
-        check_positive(div_alpha, "div_alpha")
-        check_in_range(div_delta, "div_delta", -2.0, 2.0)
-        check_in_range(div_lambda, "div_lambda", 0.0, 64.0)
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-        check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-        check_choice(nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
-        check_choice(reduction, "reduction", REDUCTIONS)
+        check_base_loss_settings(margin, frame_nce_weight, clip_nce_weight, div_weight, div_alpha, div_delta,
+                                 div_lambda, hard_negative_topk, video_negative, nce_video_to_text, reduction)
         self.margin = float(margin)
         self.frame_nce_weight = float(frame_nce_weight)
         self.clip_nce_weight = float(clip_nce_weight)

@@ -8,15 +8,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from evidential_prvr._checks import check_choice, check_in_range
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS
 from evidential_prvr.functional._identification import IdentificationSettings
 from evidential_prvr.functional._inter_video import (
-    CALIBRATION_SETS,
     INTER_TERMS,
     InterVideoLossDetails,
-    check_terms,
+    check_inter_settings,
     inter_video_loss,
 )
 from evidential_prvr.presets import apply_overrides, holmes_settings
@@ -91,11 +88,7 @@ class EvidentialRetrievalLoss(nn.Module):
     ) -> None:
         super().__init__()
         IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)  # validates
-        check_in_range(gamma, "gamma", 0.0, 1.0)
-        check_choice(calibration_set, "calibration_set", CALIBRATION_SETS)
-        check_choice(reduction, "reduction", REDUCTIONS)
-        if not isinstance(calibrate, bool):
-            raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
+        terms = check_inter_settings(gamma, calibrate, calibration_set, terms, reduction)
         self.beta = float(beta)
         self.gamma = float(gamma)
         self.tau = float(tau)
@@ -105,7 +98,7 @@ class EvidentialRetrievalLoss(nn.Module):
         self.fusion = fusion
         self.calibrate = calibrate
         self.calibration_set = calibration_set
-        self.terms = check_terms(terms)
+        self.terms = terms
         self.reduction = reduction
         self.validate_args = validate_args
 

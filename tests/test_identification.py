@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 from scipy import special
 
 from evidential_prvr import Identification, QueryType, UncertaintyGuidedIdentifier

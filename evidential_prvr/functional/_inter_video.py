@@ -164,6 +164,18 @@ def _calibrated_target(
         return torch.where(polysemous, calibrated, label)
 
 
+def check_inter_settings(
+    gamma: float, calibrate: bool, calibration_set: str, terms: object, reduction: str
+) -> tuple[str, ...]:
+    """Validate the loss settings of :func:`inter_video_loss` (shared with its module); return ``terms``."""
+    check_in_range(gamma, "gamma", 0.0, 1.0)
+    check_choice(calibration_set, "calibration_set", CALIBRATION_SETS)
+    check_choice(reduction, "reduction", REDUCTIONS)
+    if not isinstance(calibrate, bool):
+        raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
+    return check_terms(terms)
+
+
 def check_terms(terms: object) -> tuple[str, ...]:
     """Validate a non-empty selection of :data:`INTER_TERMS` without repeats."""
     if isinstance(terms, str) or not isinstance(terms, Sequence) or len(terms) == 0:
@@ -251,12 +263,7 @@ def inter_video_loss(
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
     settings = IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)
-    check_in_range(gamma, "gamma", 0.0, 1.0)
-    check_choice(calibration_set, "calibration_set", CALIBRATION_SETS)
-    check_choice(reduction, "reduction", REDUCTIONS)
-    if not isinstance(calibrate, bool):
-        raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
-    terms = check_terms(terms)
+    terms = check_inter_settings(gamma, calibrate, calibration_set, terms, reduction)
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     return _inter_video_loss(frame_sim, clip_sim, mask, settings, gamma, calibrate, calibration_set, terms,
                              reduction, return_details)

@@ -26,6 +26,7 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion
+from evidential_prvr.functional._identification import _numpy_median
 
 __all__ = [
     "PRECISE",
@@ -413,15 +414,6 @@ def fit_query_thresholds(
     return _fit_correctness(uncertainty, consistency, aleatoric, runner_up, mask, grid)
 
 
-def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
-    """NumPy median of ``values[member]`` (mean of the two middle values; NaN when empty), no host sync."""
-    count = member.sum()
-    ordered = values.masked_fill(~member, float("inf")).sort().values
-    last = values.shape[0] - 1
-    low = ((count - 1).clamp_min(0) // 2).clamp_max(last)
-    high = (count // 2).clamp_max(last)
-    median = 0.5 * (ordered[low] + ordered[high])
-    return torch.where(count > 0, median, torch.full_like(median, float("nan")))
 
 
 def _batch_branch(branch: BranchOpinion, matched: torch.Tensor, beta: float, entropy_median: str) -> torch.Tensor:

@@ -407,6 +407,26 @@ def _diversity_rows(query_emb: torch.Tensor, same_video: torch.Tensor, alpha: fl
     return torch.where(same_video & ~eye, terms, torch.zeros_like(terms)).sum(dim=1)
 
 
+def check_base_loss_settings(
+    margin: float, frame_nce_weight: float, clip_nce_weight: float, div_weight: float, div_alpha: float,
+    div_delta: float, div_lambda: float, hard_negative_topk: int | None, video_negative: str, nce_video_to_text: str,
+    reduction: str,
+) -> None:
+    """Validate the hyperparameters of :func:`base_retrieval_loss` (shared with its module)."""
+    check_positive(margin, "margin")
+    for name, value in (("frame_nce_weight", frame_nce_weight), ("clip_nce_weight", clip_nce_weight),
+                        ("div_weight", div_weight)):
+        check_in_range(value, name, 0.0, float("inf"), high_inclusive=False)
+    check_positive(div_alpha, "div_alpha")
+    check_in_range(div_delta, "div_delta", -2.0, 2.0)
+    check_in_range(div_lambda, "div_lambda", 0.0, 64.0)
+    if hard_negative_topk is not None:
+        check_positive_int(hard_negative_topk, "hard_negative_topk")
+    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+    check_choice(nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
+    check_choice(reduction, "reduction", REDUCTIONS)
+
+
 @dataclass
 class BaseRetrievalLossDetails:
     r"""The terms of L_base (each unweighted and reduced) and their weighted sum ``loss``.
@@ -544,20 +564,10 @@ def base_retrieval_loss(
     check_same_device(frame_sim=frame_sim, query_emb=query_emb)
     if validate:
         check_finite(query_emb, "query_emb")
-    check_positive(margin, "margin")
-    for name, value in (("frame_nce_weight", frame_nce_weight), ("clip_nce_weight", clip_nce_weight),
-                        ("div_weight", div_weight)):
-        check_in_range(value, name, 0.0, float("inf"), high_inclusive=False)
-    check_positive(div_alpha, "div_alpha")
-    check_in_range(div_delta, "div_delta", -2.0, 2.0)
-    check_in_range(div_lambda, "div_lambda", 0.0, 64.0)
-    if hard_negative_topk is not None:
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-    check_choice(nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
+    check_base_loss_settings(margin, frame_nce_weight, clip_nce_weight, div_weight, div_alpha, div_delta, div_lambda,
+                             hard_negative_topk, video_negative, nce_video_to_text, reduction)
     if nce_video_to_text == "paper" and query_video.dim() != 1:
         raise ValueError("nce_video_to_text='paper' needs one positive per query: query_video must be indices [Q]")
-    check_choice(reduction, "reduction", REDUCTIONS)
 
     same_video = (own.to(torch.float32) @ own.to(torch.float32).t()) > 0
     rows = {

@@ -32,7 +32,6 @@ from evidential_prvr._checks import (
     check_choice,
     check_positive,
     check_positive_int,
-    check_same_device,
     check_tensor,
     compute_dtype,
     should_validate,

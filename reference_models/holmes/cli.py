@@ -488,7 +488,7 @@ def run_comparison(
     SumR and the training time, and ``"seed"``, ``"device"`` and ``"config"``. Every variant is identified
     with the same identifier settings (those of ``config``), so the identification rows compare.
     """
-    from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.selective import fit_retrieval_uncertainty
     from reference_models.holmes.trainer import Trainer
 
