@@ -25,15 +25,17 @@ import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis.errors import InvalidArgument  # noqa: E402
 
+# Hypothesis loads its own "ci" profile (derandomised) when CI is set, and a profile registered
+# without a value inherits it; the random profiles therefore say derandomize=False themselves.
 settings.register_profile(
-    "default", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow]
+    "default", deadline=None, max_examples=40, derandomize=False, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile(
     "ci", deadline=None, max_examples=40, derandomize=True, database=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
-    "long", deadline=None, max_examples=10_000, print_blob=True,
+    "long", deadline=None, max_examples=10_000, derandomize=False, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
