@@ -13,6 +13,9 @@ The ablation switches of :class:`~reference_models.holmes.config.AblationSetting
 * ``method="baseline"``: L_base only (the MIL baseline);
 * ``method="dab"``: L_base with its InfoNCE part replaced by DAB's PAC loss on Gaussian embeddings
   (:class:`~reference_models.holmes.dab_variant.DABObjective`), no Holmes terms;
+
+When the model encodes the queries a second time (``ModelOutput.query_aux``, the release's behaviour), that
+encoding feeds L_div and L_intra; the first one gives the scores of the triplet, InfoNCE and L_inter terms.
 * ``inter_branches`` / ``aggregation``: which of the three L_U terms of Eq. 18 enter L_inter;
 * ``fusion`` / ``calibration``: passed to the library's :class:`~evidential_prvr.EvidentialRetrievalLoss`;
 * ``intra`` / ``assignment``: L_intra on or off, and its soft label (softmax / OT / FOT).
@@ -102,6 +105,7 @@ class HolmesObjective(nn.Module):
             div_alpha=loss.div_alpha,
             div_delta=loss.div_delta,
             div_lambda=loss.div_lambda,
+            hard_negative_topk=loss.hard_negative_topk,
         )
         self.inter: EvidentialRetrievalLoss | None = None
         self.inter_warmup: EvidentialRetrievalLoss | None = None
@@ -179,7 +183,7 @@ class HolmesObjective(nn.Module):
         base = self.base(
             output.clip_sim,
             output.frame_sim,
-            output.query,
+            _second_encoding(output),
             query_video,
             clip_logits=getattr(output, "clip_logits", None),
             frame_logits=getattr(output, "frame_logits", None),
@@ -212,6 +216,14 @@ class HolmesObjective(nn.Module):
 
     def _intra_term(self, output, batch, max_queries: int | None) -> torch.Tensor:
         packed = build_intra_video_batch(
-            output.query, batch.query_video, output.videos.clip, batch.clip_mask, max_queries=max_queries
+            _second_encoding(output), batch.query_video, output.videos.clip, batch.clip_mask,
+            max_queries=max_queries,
         )
         return self.intra(packed.sim, packed.query_mask, packed.clip_mask)
+
+
+def _second_encoding(output) -> torch.Tensor:
+    """The query embeddings L_div and L_intra use: ``output.query_aux`` when the model encoded the queries a
+    second time (the release), else ``output.query``."""
+    aux = getattr(output, "query_aux", None)
+    return output.query if aux is None else aux
