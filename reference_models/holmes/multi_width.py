@@ -113,7 +113,8 @@ class LinearWidthWeights(nn.Module):
 
     def forward(self, outputs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Weights ``[B, L, W]`` for ``outputs [B, L, W, d]`` (``mask`` is not needed: weights are per position)."""
-        return torch.softmax(self.score(outputs).squeeze(-1) / self.temperature, dim=-1)
+        # softmax over the widths axis of [B, L, W, 1] (same arithmetic as the earlier form of this model)
+        return torch.softmax(self.score(outputs) / self.temperature, dim=-2).squeeze(-1)
 
 
 class MultiWidthGaussianBlock(nn.Module):
@@ -188,4 +189,4 @@ class MultiWidthGaussianBlock(nn.Module):
         if self.weights is None:
             return outputs.mean(dim=-2)
         weights = self.weights(outputs, mask)
-        return torch.einsum("blw,blwd->bld", weights, outputs)
+        return (weights.unsqueeze(-1) * outputs).sum(dim=-2)
