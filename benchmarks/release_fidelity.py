@@ -75,19 +75,22 @@ def _record_steps(trainer) -> list[dict]:
     steps: list[dict] = []
     objective = trainer.objective
 
+    def value(x: torch.Tensor) -> float:
+        return float(x.detach())
+
     def base_hook(module, inputs, out):
-        steps.append({"triplet": float(out.clip_triplet + out.frame_triplet), "nce_clip": float(out.clip_nce),
-                      "nce_frame": float(out.frame_nce), "div": float(out.diversity)})
+        steps.append({"triplet": value(out.clip_triplet + out.frame_triplet), "nce_clip": value(out.clip_nce),
+                      "nce_frame": value(out.frame_nce), "div": value(out.diversity)})
 
     def inter_hook(module, inputs, out):
-        steps[-1].update(edl_frame=float(out.frame_loss), edl_clip=float(out.clip_loss),
-                         edl_fused=float(out.fused_loss))
+        steps[-1].update(edl_frame=value(out.frame_loss), edl_clip=value(out.clip_loss),
+                         edl_fused=value(out.fused_loss))
 
     def intra_hook(module, inputs, out):
-        steps[-1]["intra"] = float(out)
+        steps[-1]["intra"] = value(out)
 
     def objective_hook(module, inputs, out):
-        steps[-1].update(epoch=module.epoch, loss=float(out.total))
+        steps[-1].update(epoch=module.epoch, loss=value(out.total))
 
     def step_hook(optimizer, args, kwargs):
         grads = [p.grad.detach().norm() for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
