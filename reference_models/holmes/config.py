@@ -8,12 +8,19 @@ on ``--resume``.
 Presets (:func:`preset`):
 
 ``tvr``, ``activitynet``, ``charades``
-    The official Holmes release settings (issue 4): loss weights
-    ``[InfoNCE clip, InfoNCE frame, div, intra, inter]``, margin, learning rate, 100 epochs with a 20-epoch
-    warm-up stage, hard negatives from epoch 20, early stopping after 10 epochs without a better validation
-    SumR (20 for TVR), batches of 128 videos, hidden size 384.
+    The official Holmes release, read from the one registry of Holmes constants,
+    :func:`evidential_prvr.presets.holmes_settings` (:func:`from_registry`): the release's architecture
+    (eight Gaussian widths mixed by a cross-attention weight predictor, no attention output projection, a
+    feed-forward query encoder, padded frames scoring 0, a second query encoding for L_div and L_intra), its
+    optimiser (BertAdam: per-tensor clipping, no bias correction, warm-up/linear decay evaluated before the
+    step), dropout, width temperature, loss weights, margins, learning rate, query length, early stopping,
+    100 epochs with a 20-epoch first stage and hard negatives from epoch 20, batches of 128 videos.
+    :func:`from_registry` with ``source="paper"`` gives the paper's variant of the same data set.
 ``embedded``
     Tuned for the small embedded benchmark on two CPU cores (hidden size 64, few epochs, short stages).
+
+Every architectural and optimisation choice where the release and this model's other options differ is a
+named setting of :class:`ModelSettings` / :class:`OptimSettings`; the reference-model guide lists them.
 
 Ablations (:data:`ABLATIONS`, :meth:`HolmesConfig.with_ablation`) reproduce every row of the paper's
 Table 3, the L_base-only baseline (MIL) and the DAB variant.
@@ -23,9 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from evidential_prvr.presets import canonical_dataset, holmes_settings
 
 __all__ = [
     "ModelSettings",
@@ -38,6 +48,7 @@ __all__ = [
     "PRESETS",
     "ABLATIONS",
     "preset",
+    "from_registry",
 ]
 
 Method = Literal["holmes", "baseline", "dab"]
@@ -52,13 +63,67 @@ _FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
 _CALIBRATIONS = ("full", "none", "initial_polysemous")
 _ASSIGNMENTS = ("fot", "ot", "softmax")
 _LOSS_DATASETS = ("tvr", "activitynet", "charades")
+_KERNELS = ("release", "symmetric", "paper")
+_WIDTH_WEIGHTINGS = ("cross_attention", "linear", "mean")
+_ATTENTION_MASKS = ("additive", "exclude")
+_PADDED_FRAMES = ("zero", "mask")
+_OPTIMIZERS = ("bert_adam", "adamw")
+_LR_SCHEDULES = ("bert_warmup_linear", "warmup_linear")
+_GRAD_CLIP_MODES = ("per_parameter", "global")
+_NO_DECAY = ("embedding_norms", "all_norms")
+
+# LOCAL FALLBACKS for release values the registry (evidential_prvr.presets) has no field for yet:
+# OptimizerSettings.betas (BertAdam's b1, b2) and ModelSettings.ffn_multiplier / query_ffn_multiplier
+# (the 4x feed-forward layers of the Gaussian blocks and of the query block). from_registry() reads
+# the registry's field whenever it exists and falls back to these values otherwise.
+_REGISTRY_FALLBACKS: dict[str, Any] = {"betas": (0.9, 0.999), "ffn_multiplier": 4, "query_ffn_multiplier": 4}
+_ADAM_BETAS = _REGISTRY_FALLBACKS["betas"]
+
+
+def _registry_value(section: Any, name: str) -> Any:
+    """``section.name`` from the registry, or the marked local fallback while the registry lacks the field."""
+    return getattr(section, name, _REGISTRY_FALLBACKS[name])
 
 
 @dataclass
 class ModelSettings:
     """Architecture of the GMMFormer-style model (mapped onto the model's own ``ModelConfig``).
 
-    Only the fields below are set from here; the feature dimensions come from the data at run time.
+    Only the fields below are set from here; the feature dimensions come from the data at run time. The
+    defaults are the release's architecture; the release presets also take dropout, width temperature,
+    widths, position table and initialisation from the registry.
+
+    Attributes
+    ----------
+    hidden_size, num_heads, num_blocks : int
+        Latent size, attention heads, multi-width blocks per video branch.
+    dropout : float
+        Dropout of every layer.
+    frame_weight, clip_weight : float
+        α_f, α_c of Holmes Eq. 2.
+    widths : list of (float or None), optional
+        Gaussian widths of the parallel blocks, ``None`` entries = global attention (kept JSON-standard);
+        ``widths=None`` = the release's eight widths.
+    ffn_multiplier, query_ffn_multiplier : int
+        Feed-forward size (× hidden size) of the video blocks and of the query encoder's block (0 = none).
+    kernel : {"release", "symmetric", "paper"}
+        Gaussian kernel form.
+    width_weighting : {"cross_attention", "linear", "mean"}
+        How the width outputs are mixed per position.
+    width_temperature : float
+        Softmax temperature over widths (the release's ``sft_factor``).
+    attention_output_projection : bool
+        A linear layer after every attention.
+    attention_mask : {"additive", "exclude"}
+        Padded keys get -1e4 added (release) or are excluded exactly.
+    padded_frames : {"zero", "mask"}
+        Padded frames score cosine 0 (release) or are left out of the max.
+    second_query_encoding : bool
+        A second, independently dropped-out query encoding feeds L_div and L_intra (release).
+    position_table : int, optional
+        Rows of the video branches' position tables (``None``: one per position).
+    initializer_range : float
+        Standard deviation of the normal initialisation.
     """
 
     hidden_size: int = 384
@@ -67,23 +132,56 @@ class ModelSettings:
     dropout: float = 0.1
     frame_weight: float = 0.4
     clip_weight: float = 0.6
-    #: Gaussian widths of the parallel attention blocks, ``None`` entries = global attention (kept JSON-
-    #: standard); ``widths=None`` = the model's default (GMMFormerV2's eight widths).
     widths: list[float | None] | None = None
     ffn_multiplier: int = 4
+    query_ffn_multiplier: int = 4
+    kernel: str = "release"
+    width_weighting: str = "cross_attention"
+    width_temperature: float = 1.0
+    attention_output_projection: bool = False
+    attention_mask: str = "additive"
+    padded_frames: str = "zero"
+    second_query_encoding: bool = True
+    position_table: int | None = None
+    initializer_range: float = 0.02
 
 
 @dataclass
 class OptimSettings:
-    """AdamW, learning-rate schedule, clipping, batch size and run length."""
+    """Optimiser, learning-rate schedule, clipping, batch size and run length.
+
+    Attributes
+    ----------
+    optimizer : {"bert_adam", "adamw"}
+        :class:`~reference_models.holmes.bert_adam.BertStyleAdam` (release: no bias correction) or
+        ``torch.optim.AdamW``.
+    lr_schedule : {"bert_warmup_linear", "warmup_linear"}
+        Warm-up over ``warmup_ratio`` of all steps then linear decay to 0, evaluated at the step count before
+        the update (release: the first update has learning rate 0) or one step ahead (see
+        :mod:`reference_models.holmes.optimization`).
+    grad_clip_mode : {"per_parameter", "global"}
+        Clip each parameter tensor's gradient to norm ``grad_clip`` (release) or the global norm.
+    no_decay : {"embedding_norms", "all_norms"}
+        Parameters without weight decay: biases and the LayerNorms of the input projections and positional
+        embeddings (release), or biases and every normalisation layer.
+    eps, beta1, beta2 : float
+        Adam's ε and moment decay rates.
+    """
 
     lr: float = 3e-4
     weight_decay: float = 0.01
     warmup_ratio: float = 0.01
     grad_clip: float = 1.0
+    optimizer: str = "bert_adam"
+    lr_schedule: str = "bert_warmup_linear"
+    grad_clip_mode: str = "per_parameter"
+    no_decay: str = "embedding_norms"
+    eps: float = 1e-6
+    beta1: float = _ADAM_BETAS[0]
+    beta2: float = _ADAM_BETAS[1]
     videos_per_batch: int = 128
     epochs: int = 100
-    early_stop_patience: int = 10
+    early_stop_patience: int = 21
     max_query_len: int = 30
     eval_video_batch: int = 256
     eval_query_batch: int = 512
@@ -108,6 +206,7 @@ class LossSettings:
     div_delta: float = 0.15
     div_alpha: float = 32.0
     div_lambda: float = 1.0
+    hard_negative_topk: int = 20
     evidential_preset: Literal["release", "paper"] = "release"
     loss_dataset: str = "tvr"
     inter_tau: float | None = None
@@ -146,7 +245,7 @@ class AblationSettings:
 
 @dataclass
 class DABSettings:
-    """DAB variant (issue 5): Gaussian embedding dimension, bridge steps, PAC temperature and weight.
+    """DAB variant: Gaussian embedding dimension, bridge steps, PAC temperature and weight.
 
     DAB reports no PAC temperature. The KL costs grow linearly with ``embed_dim`` (about 2-3 nats per
     dimension at initialisation with log σ² = -2), so τ = ``embed_dim`` keeps the PAC logits O(1); τ = 1
@@ -184,8 +283,36 @@ class HolmesConfig:
         _choice(a.assignment, "ablation.assignment", _ASSIGNMENTS)
         _choice(self.loss.evidential_preset, "loss.evidential_preset", ("release", "paper"))
         _choice(self.loss.loss_dataset, "loss.loss_dataset", _LOSS_DATASETS)
+        m, o = self.model, self.optim
         for name in ("hidden_size", "num_heads", "num_blocks"):
-            _positive_int(getattr(self.model, name), f"model.{name}")
+            _positive_int(getattr(m, name), f"model.{name}")
+        for name, choices in (("kernel", _KERNELS), ("width_weighting", _WIDTH_WEIGHTINGS),
+                              ("attention_mask", _ATTENTION_MASKS), ("padded_frames", _PADDED_FRAMES)):
+            _choice(getattr(m, name), f"model.{name}", choices)
+        for name, choices in (("optimizer", _OPTIMIZERS), ("lr_schedule", _LR_SCHEDULES),
+                              ("grad_clip_mode", _GRAD_CLIP_MODES), ("no_decay", _NO_DECAY)):
+            _choice(getattr(o, name), f"optim.{name}", choices)
+        for name in ("ffn_multiplier", "query_ffn_multiplier"):
+            value = getattr(m, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"model.{name} must be an int >= 0, got {value!r}")
+        for name in ("attention_output_projection", "second_query_encoding"):
+            if not isinstance(getattr(m, name), bool):
+                raise ValueError(f"model.{name} must be a bool, got {getattr(m, name)!r}")
+        if m.position_table is not None:
+            _positive_int(m.position_table, "model.position_table")
+        for name in ("width_temperature", "initializer_range"):
+            if not getattr(m, name) > 0:
+                raise ValueError(f"model.{name} must be > 0, got {getattr(m, name)}")
+        if not 0 <= m.dropout < 1:
+            raise ValueError(f"model.dropout must lie in [0, 1), got {m.dropout}")
+        if not o.eps > 0:
+            raise ValueError(f"optim.eps must be > 0, got {o.eps}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(o, name) < 1:
+                raise ValueError(f"optim.{name} must lie in [0, 1), got {getattr(o, name)}")
+        if o.weight_decay < 0:
+            raise ValueError(f"optim.weight_decay must be >= 0, got {o.weight_decay}")
         if self.model.hidden_size % self.model.num_heads:
             raise ValueError(
                 f"model.hidden_size must be divisible by model.num_heads, got {self.model.hidden_size} and "
@@ -200,6 +327,7 @@ class HolmesConfig:
             raise ValueError(f"optim.warmup_ratio must lie in [0, 1), got {self.optim.warmup_ratio}")
         if not self.optim.grad_clip > 0:
             raise ValueError(f"optim.grad_clip must be > 0, got {self.optim.grad_clip}")
+        _positive_int(self.loss.hard_negative_topk, "loss.hard_negative_topk")
         for f in dataclasses.fields(LossSettings):
             value = getattr(self.loss, f.name)
             if isinstance(value, float) and f.name not in ("inter_tau", "intra_tau") and value < 0:
@@ -304,45 +432,93 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "ot": {"assignment": "ot"},  # (12)
     "fot": {"assignment": "fot"},  # (0), named for symmetry with (11)-(12)
     "baseline": {"method": "baseline"},  # L_base only (MIL)
-    "dab": {"method": "dab"},  # issue 5: DAB head + bridge + PAC in place of InfoNCE
+    "dab": {"method": "dab"},  # DAB head + bridge + PAC in place of InfoNCE
 }
 
 
-def _release(name: str, *, lr: float, weights: tuple[float, float, float, float, float], margin: float,
-             div_delta: float, patience: int, max_query_len: int) -> HolmesConfig:
-    nce_clip, nce_frame, div, intra, inter = weights
+def from_registry(dataset: str, source: Literal["release", "paper"] = "release") -> HolmesConfig:
+    """The config of ``dataset`` built from :func:`evidential_prvr.presets.holmes_settings`.
+
+    Every number (architecture, optimiser, loss weights, schedule) comes from the registry; the structural
+    settings are the release's (this module's defaults).
+
+    Parameters
+    ----------
+    dataset : {"tvr", "activitynet", "charades", "act", "cha"}
+        The data set.
+    source : {"release", "paper"}
+        ``"release"`` (the ``--config`` presets) or ``"paper"``: the paper's evidential settings and the
+        values it states (e.g. ActivityNet's query length of 64), the rest from the release as the paper
+        says (App. A.1).
+    """
+    _choice(source, "source", ("release", "paper"))
+    settings = holmes_settings(source, dataset)
+    name = canonical_dataset(dataset)
+    m, o, sch = settings.model, settings.optimizer, settings.schedule
+    base, w = settings.base, settings.weights
     return HolmesConfig(
-        name=name,
-        model=ModelSettings(),
-        optim=OptimSettings(lr=lr, early_stop_patience=patience, max_query_len=max_query_len),
-        loss=LossSettings(nce_clip=nce_clip, nce_frame=nce_frame, div=div, intra=intra, inter=inter,
-                          margin=margin, div_delta=div_delta, loss_dataset=name),
-        schedule=ScheduleSettings(warmup_stage_epochs=20, hard_negative_epoch=20),
+        name=name if source == "release" else f"{name}-paper",
+        model=ModelSettings(
+            hidden_size=m.hidden_size,
+            num_heads=m.num_heads,
+            dropout=m.dropout,
+            frame_weight=m.frame_weight,
+            clip_weight=m.clip_weight,
+            widths=[None if math.isinf(x) else float(x) for x in m.widths],
+            ffn_multiplier=_registry_value(m, "ffn_multiplier"),
+            query_ffn_multiplier=_registry_value(m, "query_ffn_multiplier"),
+            width_temperature=m.width_temperature,
+            position_table=m.position_table,
+            initializer_range=m.initializer_range,
+        ),
+        optim=OptimSettings(
+            lr=o.lr,
+            weight_decay=o.weight_decay,
+            warmup_ratio=o.warmup_proportion,
+            grad_clip=o.max_grad_norm,
+            eps=o.eps,
+            beta1=_registry_value(o, "betas")[0],
+            beta2=_registry_value(o, "betas")[1],
+            videos_per_batch=o.videos_per_batch,
+            epochs=sch.epochs,
+            early_stop_patience=sch.early_stop_patience,
+            max_query_len=m.max_query_len,
+        ),
+        loss=LossSettings(
+            nce_clip=w.nce_clip, nce_frame=w.nce_frame, div=w.div, intra=w.intra, inter=w.inter,
+            margin=base.margin, div_delta=base.div_delta, div_alpha=base.div_alpha, div_lambda=base.div_lambda,
+            hard_negative_topk=base.hard_negative_topk, evidential_preset=source, loss_dataset=name,
+        ),
+        schedule=ScheduleSettings(warmup_stage_epochs=sch.warmup_stage_epochs,
+                                  hard_negative_epoch=sch.hard_negative_epoch),
     )
 
 
 def _embedded() -> HolmesConfig:
     # Small model and short stages so that Holmes and the baseline each train in about a minute on two
-    # CPU cores. The loss weights keep the release's TVR balance; τ values are the release's TVR ones.
+    # CPU cores. The loss weights, margins and τ are the release's TVR ones (from the registry).
+    tvr = holmes_settings("release", "tvr")
+    w, base = tvr.weights, tvr.base
     return HolmesConfig(
         name="embedded",
-        model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1,
-                            widths=[None, 1.0, 5.0], ffn_multiplier=1),
+        model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1, widths=[None, 1.0, 5.0],
+                            ffn_multiplier=1, query_ffn_multiplier=0, kernel="symmetric", width_weighting="linear",
+                            attention_output_projection=True, attention_mask="exclude", padded_frames="mask",
+                            second_query_encoding=False),
         optim=OptimSettings(lr=1e-3, videos_per_batch=16, epochs=15, early_stop_patience=100, max_query_len=30,
+                            optimizer="adamw", lr_schedule="warmup_linear", grad_clip_mode="global",
+                            no_decay="all_norms", eps=1e-8,
                             eval_video_batch=256, eval_query_batch=512, score_chunk=512),
-        loss=LossSettings(nce_clip=0.05, nce_frame=0.04, div=8e-5, intra=0.8, inter=0.2, margin=0.1,
-                          div_delta=0.15, loss_dataset="tvr"),
+        loss=LossSettings(nce_clip=w.nce_clip, nce_frame=w.nce_frame, div=w.div, intra=w.intra, inter=w.inter,
+                          margin=base.margin, div_delta=base.div_delta, loss_dataset="tvr"),
         schedule=ScheduleSettings(warmup_stage_epochs=4, hard_negative_epoch=8),
     )
 
 
 PRESETS: dict[str, Any] = {
-    "tvr": lambda: _release("tvr", lr=3e-4, weights=(0.05, 0.04, 8e-5, 0.8, 0.2), margin=0.1, div_delta=0.15,
-                            patience=20, max_query_len=30),
-    "activitynet": lambda: _release("activitynet", lr=2.5e-4, weights=(0.02, 0.04, 0.003, 1e-4, 0.06), margin=0.2,
-                                    div_delta=0.2, patience=10, max_query_len=64),
-    "charades": lambda: _release("charades", lr=2e-4, weights=(0.02, 0.04, 0.003, 9e-4, 0.06), margin=0.2,
-                                 div_delta=0.2, patience=10, max_query_len=30),
+    "tvr": lambda: from_registry("tvr"),
+    "activitynet": lambda: from_registry("activitynet"),
+    "charades": lambda: from_registry("charades"),
     "embedded": _embedded,
 }
 

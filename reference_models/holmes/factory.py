@@ -25,8 +25,18 @@ def model_config(config: HolmesConfig, visual_dim: int, text_dim: int, n_clips: 
         dropout=m.dropout,
         n_layers=m.num_blocks,
         ffn_multiplier=m.ffn_multiplier,
+        query_ffn_multiplier=m.query_ffn_multiplier,
+        kernel=m.kernel,
+        width_weighting=m.width_weighting,
+        width_temperature=m.width_temperature,
+        attention_output_projection=m.attention_output_projection,
+        attention_mask=m.attention_mask,
+        padded_frames=m.padded_frames,
+        second_query_encoding=m.second_query_encoding,
+        position_table=m.position_table,
         frame_weight=m.frame_weight,
         clip_weight=m.clip_weight,
+        initializer_range=m.initializer_range,
     )
     if m.widths is not None:
         kwargs["widths"] = tuple(math.inf if w is None else float(w) for w in m.widths)

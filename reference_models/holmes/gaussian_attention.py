@@ -1,4 +1,4 @@
-r"""Gaussian attention (Holmes Eq. 35, App. B.6; GMMFormer) and the multi-width block built from it.
+r"""Gaussian attention (Holmes Eq. 35, App. B.6; GMMFormer) and the transformer block built from it.
 
 Gaussian attention multiplies the scaled attention logits by a Gaussian kernel of the temporal distance
 between positions before the softmax, so that each position attends mostly to its neighbourhood:
@@ -7,19 +7,29 @@ between positions before the softmax, so that each position attends mostly to it
 
     \mathrm{GA}(V) = \mathrm{softmax}\Big(\mathcal{M}_\sigma \odot \frac{V W^q (V W^k)^\top}{\sqrt{d_h}}\Big) V W^v.
 
-Two kernels are offered (``kernel=``):
+Three kernels are offered (``kernel=``), for a sequence of ``L`` positions and a width ``w``:
 
-``"release"`` (default; the GMMFormer/GMMFormerV2 code that Holmes builds on)
-    Positions are rescaled to ``[0, 1]``, the kernel's standard deviation is ``width / 9`` and it is
-    normalised to 1 on the diagonal: :math:`\mathcal{M}(i, j) = \exp(-(p_j - p_i)^2 / (2 (w/9)^2))`.
-    Widths are therefore relative to the sequence length (the same width covers the same fraction of a
-    32-clip and a 128-frame sequence).
+``"release"`` (the official Holmes code)
+    Row ``i`` is a Gaussian over the grid :math:`g_j = j / (L - 1)` (``linspace(0, 1, L)``) centred at
+    :math:`c_i = i / L`, with standard deviation :math:`\sigma = \max(w, 10^{-2}) / 9`, and each row is divided
+    by its maximum: :math:`\mathcal{M}(i, j) = \exp(-(g_j - c_i)^2 / 2\sigma^2) / \max_k \exp(-(g_k - c_i)^2 /
+    2\sigma^2)`. The centres drift below the diagonal (by up to one grid step at the end), so the kernel is not
+    symmetric. (Computed as :math:`\exp(a_{ij} - \max_k a_{ik})`, which stays finite for widths so narrow that
+    every entry of a row underflows, where the division would give NaN.)
+``"symmetric"``
+    The same width rule on the grid :math:`p_i = i / (L - 1)` for both rows and columns:
+    :math:`\mathcal{M}(i, j) = \exp(-(p_j - p_i)^2 / 2\sigma^2)`, peak 1 on the diagonal.
 ``"paper"`` (Holmes Eq. 35 as written)
     :math:`\mathcal{M}(i, j) = \frac{1}{2\pi} \exp(-(j - i)^2 / \sigma^2)` on raw position indices, with
-    :math:`\sigma` = ``width`` in positions.
+    :math:`\sigma` = ``w`` in positions.
 
-A width of ``math.inf`` (or ``None``) is global attention: no kernel is applied, which is exactly
-standard multi-head self-attention in both modes.
+With the first two, widths are relative to the sequence length (the same width covers the same fraction of a
+32-clip and a 128-frame sequence). A width of ``math.inf`` (or ``None``) is global attention: no kernel is
+applied, which is plain multi-head attention.
+
+Padded keys (``mask``) are removed in one of two ways (``attention_mask=``): ``"additive"`` adds
+:math:`-10^4` to their logits (the release, BERT style), ``"exclude"`` sets them to the most negative value
+of the dtype (their weight is then exactly 0).
 """
 
 from __future__ import annotations
@@ -28,38 +38,77 @@ import math
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
     "GaussianKernel",
+    "AttentionMask",
+    "KERNELS",
+    "ATTENTION_MASKS",
+    "ADDITIVE_MASK_VALUE",
     "gaussian_kernel",
     "GaussianSelfAttention",
     "GaussianAttentionBlock",
-    "MultiWidthGaussianBlock",
 ]
 
-GaussianKernel = Literal["release", "paper"]
+GaussianKernel = Literal["release", "symmetric", "paper"]
+AttentionMask = Literal["additive", "exclude"]
+KERNELS: tuple[str, ...] = ("release", "symmetric", "paper")
+ATTENTION_MASKS: tuple[str, ...] = ("additive", "exclude")
+
+#: Added to the logits of padded keys with ``attention_mask="additive"`` (BERT's and the release's value).
+ADDITIVE_MASK_VALUE = -10000.0
+
+#: Smallest width of the ``"release"`` kernel (smaller widths are clamped to it).
+_MIN_RELEASE_WIDTH = 1e-2
+
+
+def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
 
 
 def gaussian_kernel(
     length: int, width: float, *, kernel: GaussianKernel = "release", device=None, dtype=None
 ) -> torch.Tensor:
-    """The ``[length, length]`` Gaussian kernel :math:`\\mathcal{M}_\\sigma` of Holmes Eq. 35 (see module doc)."""
+    """The ``[length, length]`` Gaussian kernel :math:`\\mathcal{M}_\\sigma` of Holmes Eq. 35 (see module doc).
+
+    Parameters
+    ----------
+    length : int
+        Sequence length ``L`` (>= 1).
+    width : float
+        Kernel width ``w`` (> 0).
+    kernel : {"release", "symmetric", "paper"}
+        Kernel form.
+    device, dtype
+        Of the returned tensor (default CPU, float32).
+    """
     if not (width > 0):
         raise ValueError(f"width must be > 0, got {width}")
-    positions = torch.arange(length, device=device, dtype=dtype or torch.float32)
-    if kernel == "release":
-        scaled = positions / max(length - 1, 1)
-        std = width / 9.0
-        return torch.exp(-((scaled.unsqueeze(0) - scaled.unsqueeze(1)) ** 2) / (2 * std**2))
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an int >= 1, got {length!r}")
+    _check_choice(kernel, "kernel", KERNELS)
+    dtype = dtype or torch.float32
+    positions = torch.arange(length, device=device, dtype=dtype)
     if kernel == "paper":
         return torch.exp(-((positions.unsqueeze(0) - positions.unsqueeze(1)) ** 2) / width**2) / (2 * math.pi)
-    raise ValueError(f"kernel must be 'release' or 'paper', got {kernel!r}")
+    grid = positions / max(length - 1, 1)
+    if kernel == "symmetric":
+        std = width / 9.0
+        return torch.exp(-((grid.unsqueeze(0) - grid.unsqueeze(1)) ** 2) / (2 * std**2))
+    std = max(width, _MIN_RELEASE_WIDTH) / 9.0
+    centres = positions / length
+    exponent = -((grid.unsqueeze(0) - centres.unsqueeze(1)) ** 2) / (2 * std**2)
+    # exp(a) / max exp(a) = exp(a - max a): the same kernel, but finite even where every exp(a) underflows
+    return torch.exp(exponent - exponent.amax(dim=-1, keepdim=True))
 
 
 class GaussianSelfAttention(nn.Module):
-    """Multi-head self-attention whose logits are multiplied by a Gaussian kernel (Holmes Eq. 35).
+    """Multi-head attention whose logits are multiplied by a Gaussian kernel (Holmes Eq. 35).
+
+    Self-attention by default; with ``keys`` it is cross-attention from ``x`` to ``keys`` (then the width
+    must be global: a temporal kernel needs the same positions on both sides).
 
     Parameters
     ----------
@@ -69,8 +118,10 @@ class GaussianSelfAttention(nn.Module):
         Kernel width; ``None`` or ``inf`` for global (plain) attention.
     dropout : float
         Dropout on the attention probabilities.
-    kernel : {"release", "paper"}
+    kernel : {"release", "symmetric", "paper"}
         Kernel form (see module doc).
+    attention_mask : {"additive", "exclude"}
+        How padded keys are removed (see module doc).
     """
 
     def __init__(
@@ -80,18 +131,20 @@ class GaussianSelfAttention(nn.Module):
         width: float | None,
         dropout: float = 0.1,
         kernel: GaussianKernel = "release",
+        attention_mask: AttentionMask = "additive",
     ) -> None:
         super().__init__()
         if hidden_size % n_heads:
             raise ValueError(f"hidden_size must be divisible by n_heads, got {hidden_size} and {n_heads}")
-        if kernel not in ("release", "paper"):
-            raise ValueError(f"kernel must be 'release' or 'paper', got {kernel!r}")
+        _check_choice(kernel, "kernel", KERNELS)
+        _check_choice(attention_mask, "attention_mask", ATTENTION_MASKS)
         if width is not None and not width > 0:
             raise ValueError(f"width must be > 0 or None, got {width}")
         self.n_heads = n_heads
         self.head_dim = hidden_size // n_heads
         self.width = None if width is None or math.isinf(width) else float(width)
         self.kernel: GaussianKernel = kernel
+        self.attention_mask: AttentionMask = attention_mask
         self.query = nn.Linear(hidden_size, hidden_size)
         self.key = nn.Linear(hidden_size, hidden_size)
         self.value = nn.Linear(hidden_size, hidden_size)
@@ -101,24 +154,57 @@ class GaussianSelfAttention(nn.Module):
         batch, length, _ = x.shape
         return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``x [B, L, d]``, ``mask [B, L]`` (True = valid key) → ``[B, L, d]``."""
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``x [B, Lq, d]`` attends to ``keys [B, Lk, d]`` (default ``x``); ``mask [B, Lk]`` (True = valid key).
+
+        Returns ``[B, Lq, d]``.
+        """
+        context = x if keys is None else keys
         batch, length, hidden = x.shape
-        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
-        logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # [B, h, L, L]
+        q, k, v = self._split(self.query(x)), self._split(self.key(context)), self._split(self.value(context))
+        logits = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # [B, h, Lq, Lk]
         if self.width is not None:
+            if context.shape[1] != length:
+                raise ValueError(
+                    f"a Gaussian width needs as many keys as queries, got {context.shape[1]} keys for {length} queries"
+                )
             kernel = gaussian_kernel(length, self.width, kernel=self.kernel, device=x.device, dtype=logits.dtype)
             logits = logits * kernel
         if mask is not None:
-            logits = logits.masked_fill(~mask[:, None, None, :], torch.finfo(logits.dtype).min)
+            invalid = ~mask[:, None, None, :]
+            if self.attention_mask == "additive":
+                logits = logits + invalid.to(logits.dtype) * ADDITIVE_MASK_VALUE
+            else:
+                logits = logits.masked_fill(invalid, torch.finfo(logits.dtype).min)
         probs = self.dropout(torch.softmax(logits, dim=-1))
         return (probs @ v).transpose(1, 2).reshape(batch, length, hidden)
 
 
 class GaussianAttentionBlock(nn.Module):
-    """Transformer block with Gaussian attention (post-norm): attention + residual + LayerNorm, then an
-    optional feed-forward layer + residual + LayerNorm (GMMFormerV2 uses a 4× feed-forward layer;
-    ``ffn_multiplier=0`` gives the GMMFormer v1 block with only an output projection)."""
+    """Post-norm transformer block with Gaussian attention.
+
+    ``x = LayerNorm(x + Dropout(Proj(GA(x))))``, then, with ``ffn_multiplier > 0``,
+    ``x = LayerNorm(x + Dropout(FFN(x)))`` where ``FFN = Linear(d, m·d) → ReLU → Dropout → Linear(m·d, d)``.
+    ``output_projection=False`` drops ``Proj`` (the release's blocks have none); with ``keys`` the block
+    cross-attends from ``x`` to ``keys`` (the residual stays on ``x``).
+
+    Parameters
+    ----------
+    hidden_size, n_heads : int
+        Model width and attention heads.
+    width : float or None
+        Gaussian width (``None``/``inf``: global attention).
+    dropout : float
+        Dropout of the attention probabilities, the residual branches and inside the feed-forward layer.
+    ffn_multiplier : int
+        Feed-forward size as a multiple of ``hidden_size`` (0: no feed-forward layer).
+    kernel, attention_mask
+        See :class:`GaussianSelfAttention`.
+    output_projection : bool
+        A ``Linear(d, d)`` after the attention.
+    """
 
     def __init__(
         self,
@@ -128,10 +214,14 @@ class GaussianAttentionBlock(nn.Module):
         dropout: float = 0.1,
         ffn_multiplier: int = 4,
         kernel: GaussianKernel = "release",
+        attention_mask: AttentionMask = "additive",
+        output_projection: bool = False,
     ) -> None:
         super().__init__()
-        self.attention = GaussianSelfAttention(hidden_size, n_heads, width, dropout, kernel)
-        self.output = nn.Linear(hidden_size, hidden_size)
+        if isinstance(ffn_multiplier, bool) or not isinstance(ffn_multiplier, int) or ffn_multiplier < 0:
+            raise ValueError(f"ffn_multiplier must be an int >= 0, got {ffn_multiplier!r}")
+        self.attention = GaussianSelfAttention(hidden_size, n_heads, width, dropout, kernel, attention_mask)
+        self.output = nn.Linear(hidden_size, hidden_size) if output_projection else None
         self.norm1 = nn.LayerNorm(hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.ffn: nn.Module | None = None
@@ -145,48 +235,14 @@ class GaussianAttentionBlock(nn.Module):
             )
             self.norm2 = nn.LayerNorm(hidden_size)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``x [B, L, d]``, ``mask [B, L]`` → ``[B, L, d]``."""
-        x = self.norm1(x + self.dropout(self.output(self.attention(x, mask))))
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, keys: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``x [B, L, d]``, ``mask [B, Lk]`` (keys), optional ``keys [B, Lk, d]`` → ``[B, L, d]``."""
+        attended = self.attention(x, mask, keys)
+        if self.output is not None:
+            attended = self.output(attended)
+        x = self.norm1(x + self.dropout(attended))
         if self.ffn is not None:
             x = self.norm2(x + self.ffn(x))
         return x
-
-
-class MultiWidthGaussianBlock(nn.Module):
-    """Several Gaussian-attention blocks of different widths in parallel, fused by learned weights (App. B.6).
-
-    ``fusion="learned"`` (default): per position, a linear score of each width's output is turned into
-    softmax weights over the widths, so each position chooses its temporal scale (a light stand-in for
-    GMMFormerV2's cross-attention weight predictor and HLFormer's MAIM). ``fusion="mean"``: the plain
-    average of GMMFormer v1.
-    """
-
-    def __init__(
-        self,
-        hidden_size: int,
-        n_heads: int,
-        widths: tuple[float | None, ...],
-        dropout: float = 0.1,
-        ffn_multiplier: int = 4,
-        kernel: GaussianKernel = "release",
-        fusion: Literal["learned", "mean"] = "learned",
-    ) -> None:
-        super().__init__()
-        if len(widths) == 0:
-            raise ValueError("widths must hold at least one width")
-        if fusion not in ("learned", "mean"):
-            raise ValueError(f"fusion must be 'learned' or 'mean', got {fusion!r}")
-        self.blocks = nn.ModuleList(
-            GaussianAttentionBlock(hidden_size, n_heads, w, dropout, ffn_multiplier, kernel) for w in widths
-        )
-        self.fusion = fusion
-        self.fusion_score = nn.Linear(hidden_size, 1) if fusion == "learned" else None
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``x [B, L, d]``, ``mask [B, L]`` → ``[B, L, d]``."""
-        outputs = torch.stack([block(x, mask) for block in self.blocks], dim=-2)  # [B, L, W, d]
-        if self.fusion_score is None:
-            return outputs.mean(dim=-2)
-        weights = F.softmax(self.fusion_score(outputs), dim=-2)  # [B, L, W, 1]
-        return (weights * outputs).sum(dim=-2)

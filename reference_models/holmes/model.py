@@ -4,15 +4,23 @@ Architecture (typed, device-agnostic; every output is a dataclass):
 
 * **Video**, two branches of the same form: input projection (LayerNorm → Dropout → Linear → ReLU),
   learned positional embeddings (added, then LayerNorm and Dropout), then ``n_layers`` multi-width
-  Gaussian-attention blocks (Holmes Eq. 35: one block per width, global attention included, fused by
-  learned weights). The **clip branch** encodes ``M_c = 32`` mean-pooled clips, the **frame branch**
-  ``M_f = 128`` frames with a padding mask.
-* **Text**: input projection, positional embeddings, one (global) attention layer and attention pooling
-  to a single vector :math:`q` (as in MS-SL / GMMFormer).
-* **Scores** (Holmes Eq. 1-2): :math:`s^c = \max_i \cos(q, c_i)`, :math:`s^f = \max_{i \in valid}
-  \cos(q, f_i)` and :math:`s = \alpha_f s^f + \alpha_c s^c` (release :math:`\alpha_f = 0.4,
-  \alpha_c = 0.6`). The unnormalised logits :math:`\max_i q^\top c_i` that the release feeds to InfoNCE
-  are returned as well.
+  Gaussian-attention blocks (Holmes Eq. 35: one block per width, global attention included, mixed per
+  position by a width weighting, :mod:`reference_models.holmes.multi_width`). The **clip branch** encodes
+  ``M_c = 32`` mean-pooled clips, the **frame branch** ``M_f = 128`` frames; frames are always padded to
+  ``M_f`` (zero features, mask 0) as the release does, so every Gaussian kernel lives on the same grid.
+* **Text**: input projection, positional embeddings, one global attention block (with a feed-forward layer
+  in the release) and attention pooling to a single vector :math:`q` (as in MS-SL / GMMFormer).
+* **Scores** (Holmes Eq. 1-2): :math:`s^c = \max_i \cos(q, c_i)`, :math:`s^f = \max_i \cos(q, f_i)` and
+  :math:`s = \alpha_f s^f + \alpha_c s^c` (release :math:`\alpha_f = 0.4, \alpha_c = 0.6`). The
+  unnormalised logits :math:`\max_i q^\top c_i` that the release feeds to InfoNCE are returned as well.
+
+**Padded frames** (``padded_frames=``): ``"zero"`` (the release) zeroes the encoded padded frames, which
+then take part in the max with cosine 0 (and dot product 0), so :math:`s^f = \max(\max_{i\,valid}
+\cos(q, f_i), 0)` for a video shorter than ``M_f``; ``"mask"`` leaves them out of the max.
+
+**Second query encoding** (``second_query_encoding=True``, the release): in training, the queries are
+encoded twice with independent dropout; the first encoding gives the scores (triplet, InfoNCE, L_inter), the
+second (:attr:`ModelOutput.query_aux`) feeds L_div and L_intra.
 
 ``forward`` reads a batch by attribute (``clip_feats, frame_feats, frame_mask, query_feats, query_mask,
 query_video``) so that this module does not depend on the data package.
@@ -28,7 +36,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_models.holmes.gaussian_attention import GaussianAttentionBlock, GaussianKernel, MultiWidthGaussianBlock
+from evidential_prvr.presets import holmes_settings
+from reference_models.holmes.gaussian_attention import (
+    ATTENTION_MASKS,
+    KERNELS,
+    AttentionMask,
+    GaussianAttentionBlock,
+    GaussianKernel,
+)
+from reference_models.holmes.multi_width import WIDTH_WEIGHTINGS, MultiWidthGaussianBlock, WidthWeighting
 
 __all__ = [
     "ModelConfig",
@@ -36,21 +52,33 @@ __all__ = [
     "Similarities",
     "ModelOutput",
     "HolmesModel",
+    "InputProjection",
+    "LearnedPositionalEmbedding",
     "max_over_positions",
-    "GMMFORMER_V2_WIDTHS",
+    "RELEASE_WIDTHS",
+    "NARROW_WIDTHS",
+    "PADDED_COSINE",
+    "PADDED_FRAMES",
 ]
 
-#: Gaussian widths of GMMFormerV2 (relative to the sequence length, ``inf`` = global attention): eight
-#: parallel blocks, the "8 Gaussian attention blocks" of Holmes §4.
-GMMFORMER_V2_WIDTHS: tuple[float, ...] = (math.inf, 0.1, 0.5, 1.0, 3.0, 5.0, 8.0, 10.0)
+#: Gaussian widths of the release's eight parallel blocks (global + 0.5, 1, 2, 4, 8, 16, 32; the same for
+#: every data set), read from the registry :func:`evidential_prvr.presets.holmes_settings`.
+RELEASE_WIDTHS: tuple[float, ...] = holmes_settings("release", "tvr").model.widths
 
-#: Fill value of padded frames in cosine scores: below every cosine, so padding never wins the max.
+#: A second set of eight widths, denser at the small end (global + 0.1, 0.5, 1, 3, 5, 8, 10).
+NARROW_WIDTHS: tuple[float, ...] = (math.inf, 0.1, 0.5, 1.0, 3.0, 5.0, 8.0, 10.0)
+
+#: Fill value of padded frames in cosine scores with ``padded_frames="mask"``: below every cosine.
 PADDED_COSINE = -2.0
+
+PaddedFrames = Literal["zero", "mask"]
+PADDED_FRAMES: tuple[str, ...] = ("zero", "mask")
 
 
 @dataclass
 class ModelConfig:
-    """Architecture of :class:`HolmesModel`.
+    """Architecture of :class:`HolmesModel`. The defaults are the release's architecture (dropout, width
+    temperature and table sizes aside, which the presets set per data set).
 
     Attributes
     ----------
@@ -61,24 +89,39 @@ class ModelConfig:
     n_heads : int
         Attention heads (4).
     n_clips, n_frames : int
-        Maximum clip and frame positions ``M_c = 32``, ``M_f = 128`` (sizes of the positional tables).
+        Clip and frame positions ``M_c = 32``, ``M_f = 128``; frames are padded to ``n_frames``.
     max_query_len : int
-        Maximum caption length in tokens (64 for ActivityNet, 30 for TVR/Charades).
+        Maximum caption length in tokens (the query position table's size).
     dropout : float
-        Dropout of input projections, embeddings and attention layers.
+        Dropout of input projections, embeddings, attention blocks and the width weighting.
     widths : tuple of float
-        Gaussian widths of the parallel blocks; ``math.inf`` is global attention. Defaults to GMMFormerV2's
-        eight widths; GMMFormer v1 used ``(inf, 0.5, 1.0, 5.0)``.
+        Gaussian widths of the parallel blocks; ``math.inf`` is global attention (default
+        :data:`RELEASE_WIDTHS`).
     n_layers : int
         Multi-width blocks stacked per video branch.
     ffn_multiplier : int
-        Feed-forward size of each block as a multiple of ``hidden_size`` (4 as in GMMFormerV2; 0 = none).
-    kernel : {"release", "paper"}
+        Feed-forward size of each video block as a multiple of ``hidden_size`` (0 = none).
+    query_ffn_multiplier : int
+        The same for the query encoder's attention block (release 4; 0 = attention only).
+    kernel : {"release", "symmetric", "paper"}
         Gaussian kernel form (see :mod:`reference_models.holmes.gaussian_attention`).
-    fusion : {"learned", "mean"}
-        How parallel widths are fused.
+    width_weighting : {"cross_attention", "linear", "mean"}
+        How the parallel widths are mixed (see :mod:`reference_models.holmes.multi_width`).
+    width_temperature : float
+        Softmax temperature over widths (the release's ``sft_factor``).
+    attention_output_projection : bool
+        A ``Linear(d, d)`` after every attention (the release has none).
+    attention_mask : {"additive", "exclude"}
+        How padded keys are removed from attention.
+    padded_frames : {"zero", "mask"}
+        Padded frames score cosine 0 (release) or are left out of the max (see the module doc).
+    second_query_encoding : bool
+        Encode the queries a second time in training for L_div and L_intra (:attr:`ModelOutput.query_aux`).
+    position_table : int, optional
+        Rows of both video branches' position tables (the release's ``max_ctx_l`` = 128); ``None``: as many
+        rows as the branch has positions.
     frame_weight, clip_weight : float
-        :math:`\\alpha_f`, :math:`\\alpha_c` of Holmes Eq. 2 (in [0, 1], summing to 1).
+        :math:`\alpha_f`, :math:`\alpha_c` of Holmes Eq. 2 (in [0, 1], summing to 1).
     initializer_range : float
         Standard deviation of the normal initialisation of linear and embedding weights.
     """
@@ -89,13 +132,20 @@ class ModelConfig:
     n_heads: int = 4
     n_clips: int = 32
     n_frames: int = 128
-    max_query_len: int = 64
+    max_query_len: int = 30
     dropout: float = 0.1
-    widths: tuple[float, ...] = field(default_factory=lambda: GMMFORMER_V2_WIDTHS)
+    widths: tuple[float, ...] = field(default_factory=lambda: RELEASE_WIDTHS)
     n_layers: int = 1
     ffn_multiplier: int = 4
+    query_ffn_multiplier: int = 4
     kernel: GaussianKernel = "release"
-    fusion: Literal["learned", "mean"] = "learned"
+    width_weighting: WidthWeighting = "cross_attention"
+    width_temperature: float = 1.0
+    attention_output_projection: bool = False
+    attention_mask: AttentionMask = "additive"
+    padded_frames: PaddedFrames = "zero"
+    second_query_encoding: bool = True
+    position_table: int | None = None
     frame_weight: float = 0.4
     clip_weight: float = 0.6
     initializer_range: float = 0.02
@@ -110,17 +160,31 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.hidden_size must be divisible by n_heads, got {self.hidden_size} and {self.n_heads}"
             )
-        if not isinstance(self.ffn_multiplier, int) or self.ffn_multiplier < 0:
-            raise ValueError(f"ModelConfig.ffn_multiplier must be an int >= 0, got {self.ffn_multiplier!r}")
+        for name in ("ffn_multiplier", "query_ffn_multiplier"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"ModelConfig.{name} must be an int >= 0, got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout must lie in [0, 1), got {self.dropout}")
         self.widths = tuple(float(w) for w in self.widths)
         if not self.widths or any(not w > 0 for w in self.widths):
             raise ValueError(f"ModelConfig.widths must be a non-empty tuple of widths > 0, got {self.widths}")
-        if self.kernel not in ("release", "paper"):
-            raise ValueError(f"ModelConfig.kernel must be 'release' or 'paper', got {self.kernel!r}")
-        if self.fusion not in ("learned", "mean"):
-            raise ValueError(f"ModelConfig.fusion must be 'learned' or 'mean', got {self.fusion!r}")
+        for name, choices in (("kernel", KERNELS), ("width_weighting", WIDTH_WEIGHTINGS),
+                              ("attention_mask", ATTENTION_MASKS), ("padded_frames", PADDED_FRAMES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"ModelConfig.{name} must be one of {', '.join(map(repr, choices))}; got {getattr(self, name)!r}"
+                )
+        if not self.width_temperature > 0:
+            raise ValueError(f"ModelConfig.width_temperature must be > 0, got {self.width_temperature}")
+        if self.position_table is not None:
+            need = max(self.n_clips, self.n_frames)
+            if isinstance(self.position_table, bool) or not isinstance(self.position_table, int) or \
+                    self.position_table < need:
+                raise ValueError(
+                    f"ModelConfig.position_table must be None or an int >= max(n_clips, n_frames) = {need}, "
+                    f"got {self.position_table!r}"
+                )
         for name in ("frame_weight", "clip_weight"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"ModelConfig.{name} must lie in [0, 1], got {getattr(self, name)}")
@@ -129,6 +193,8 @@ class ModelConfig:
                 f"ModelConfig.frame_weight + clip_weight must be 1 (Holmes Eq. 2), got "
                 f"{self.frame_weight} + {self.clip_weight}"
             )
+        if not self.initializer_range > 0:
+            raise ValueError(f"ModelConfig.initializer_range must be > 0, got {self.initializer_range}")
 
 
 @dataclass
@@ -194,6 +260,9 @@ class ModelOutput:
         Cosine between each query and every clip of its own video (for the intra-video loss).
     clip_logits, frame_logits : Tensor, shape [Q, V]
         Unnormalised scores: max over positions of the raw dot product (what the release's InfoNCE uses).
+    query_aux : Tensor, shape [Q, d], or None
+        A second encoding of the queries with independent dropout (training with
+        ``second_query_encoding=True``): the objective feeds it to L_div and L_intra, as the release does.
     """
 
     query: torch.Tensor
@@ -204,6 +273,7 @@ class ModelOutput:
     query_clip_sim: torch.Tensor
     clip_logits: torch.Tensor
     frame_logits: torch.Tensor
+    query_aux: torch.Tensor | None = None
 
 
 def max_over_positions(
@@ -240,7 +310,7 @@ class InputProjection(nn.Module):
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """Adds a learned embedding per position, then LayerNorm and Dropout."""
+    """Adds a learned embedding per position (a table of ``max_len`` rows), then LayerNorm and Dropout."""
 
     def __init__(self, max_len: int, hidden_size: int, dropout: float) -> None:
         super().__init__()
@@ -256,11 +326,12 @@ class LearnedPositionalEmbedding(nn.Module):
 class VideoBranch(nn.Module):
     """Projection, positional embeddings and multi-width Gaussian blocks for one scale (clip or frame)."""
 
-    def __init__(self, config: ModelConfig, max_len: int) -> None:
+    def __init__(self, config: ModelConfig, n_positions: int) -> None:
         super().__init__()
         widths = tuple(None if math.isinf(w) else w for w in config.widths)
+        table = config.position_table if config.position_table is not None else n_positions
         self.projection = InputProjection(config.visual_dim, config.hidden_size, config.dropout)
-        self.position = LearnedPositionalEmbedding(max_len, config.hidden_size, config.dropout)
+        self.position = LearnedPositionalEmbedding(table, config.hidden_size, config.dropout)
         self.layers = nn.ModuleList(
             MultiWidthGaussianBlock(
                 config.hidden_size,
@@ -269,7 +340,11 @@ class VideoBranch(nn.Module):
                 config.dropout,
                 config.ffn_multiplier,
                 config.kernel,
-                config.fusion,
+                config.width_weighting,
+                n_positions=n_positions,
+                temperature=config.width_temperature,
+                attention_mask=config.attention_mask,
+                output_projection=config.attention_output_projection,
             )
             for _ in range(config.n_layers)
         )
@@ -282,13 +357,16 @@ class VideoBranch(nn.Module):
 
 
 class TextEncoder(nn.Module):
-    """Projection, positional embeddings, one attention layer and attention pooling to one vector."""
+    """Projection, positional embeddings, one global attention block and attention pooling to one vector."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.projection = InputProjection(config.text_dim, config.hidden_size, config.dropout)
         self.position = LearnedPositionalEmbedding(config.max_query_len, config.hidden_size, config.dropout)
-        self.attention = GaussianAttentionBlock(config.hidden_size, config.n_heads, None, config.dropout, 0)
+        self.attention = GaussianAttentionBlock(
+            config.hidden_size, config.n_heads, None, config.dropout, config.query_ffn_multiplier,
+            attention_mask=config.attention_mask, output_projection=config.attention_output_projection,
+        )
         self.pool_score = nn.Linear(config.hidden_size, 1, bias=False)
 
     def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -299,11 +377,14 @@ class TextEncoder(nn.Module):
         return torch.einsum("ql,qld->qd", weights, tokens)
 
 
-def _check_features(x: object, name: str, feat_dim: int, max_len: int, num: int | None = None) -> None:
+def _check_features(x: object, name: str, feat_dim: int, max_len: int, num: int | None = None,
+                    exact_len: bool = False) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[2] != feat_dim or not 1 <= x.shape[1] <= max_len:
-        raise ValueError(f"{name} must have shape [N, 1..{max_len}, {feat_dim}], got {tuple(x.shape)}")
+    lengths = f"{max_len}" if exact_len else f"1..{max_len}"
+    if x.dim() != 3 or x.shape[2] != feat_dim or not 1 <= x.shape[1] <= max_len or \
+            (exact_len and x.shape[1] != max_len):
+        raise ValueError(f"{name} must have shape [N, {lengths}, {feat_dim}], got {tuple(x.shape)}")
     if not x.is_floating_point():
         raise TypeError(f"{name} must have a floating-point dtype, got {x.dtype}")
     if num is not None and x.shape[0] != num:
@@ -316,6 +397,15 @@ def _as_mask(mask: object, name: str, shape: tuple[int, ...]) -> torch.Tensor:
     if tuple(mask.shape) != shape:
         raise ValueError(f"{name} must have shape {list(shape)}, got {tuple(mask.shape)}")
     return mask if mask.dtype == torch.bool else mask > 0
+
+
+def _pad_frames(feats: torch.Tensor, mask: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad ``feats [V, M, D]`` and ``mask [V, M]`` to ``length`` positions and zero the padded features."""
+    missing = length - feats.shape[1]
+    if missing:
+        feats = torch.cat([feats, feats.new_zeros(feats.shape[0], missing, feats.shape[2])], dim=1)
+        mask = torch.cat([mask, mask.new_zeros(mask.shape[0], missing)], dim=1)
+    return feats.masked_fill(~mask.unsqueeze(-1), 0.0), mask
 
 
 class HolmesModel(nn.Module):
@@ -338,7 +428,8 @@ class HolmesModel(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Normal(0, ``initializer_range``) linear/embedding weights, zero biases, unit LayerNorms."""
+        """BERT initialisation: Normal(0, ``initializer_range``) linear/embedding weights, zero biases, unit
+        LayerNorms (as the release)."""
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=self.config.initializer_range)
@@ -348,20 +439,36 @@ class HolmesModel(nn.Module):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
 
+    @property
+    def padded_frame_score(self) -> float:
+        """Cosine a padded frame scores (0 with ``padded_frames="zero"``, below every cosine with ``"mask"``)."""
+        return 0.0 if self.config.padded_frames == "zero" else PADDED_COSINE
+
+    @property
+    def padded_frame_logit(self) -> float | None:
+        """Dot product a padded frame scores (0 with ``"zero"``; ``None``: the dtype's minimum, with ``"mask"``)."""
+        return 0.0 if self.config.padded_frames == "zero" else None
+
     def encode_videos(
         self, clip_feats: torch.Tensor, frame_feats: torch.Tensor, frame_mask: torch.Tensor
     ) -> VideoEmbeddings:
-        """Encode ``clip_feats [V, M_c, D_v]`` and ``frame_feats [V, M_f, D_v]`` (``frame_mask [V, M_f]``).
+        """Encode ``clip_feats [V, M_c, D_v]`` and ``frame_feats [V, M, D_v]`` (``frame_mask [V, M]``, ``M <= M_f``).
 
-        A video must have at least one valid frame; one without any scores :data:`PADDED_COSINE` on the
-        frame scale.
+        Frames are padded to ``M_f`` (zero features, mask False); the returned frame embeddings and mask have
+        ``M_f`` positions. With ``width_weighting="cross_attention"`` there must be exactly ``M_c`` clips. A
+        video without any valid frame scores 0 (``"zero"``) or :data:`PADDED_COSINE` (``"mask"``) on the frame
+        scale.
         """
         cfg = self.config
-        _check_features(clip_feats, "clip_feats", cfg.visual_dim, cfg.n_clips)
+        _check_features(clip_feats, "clip_feats", cfg.visual_dim, cfg.n_clips,
+                        exact_len=cfg.width_weighting == "cross_attention")
         _check_features(frame_feats, "frame_feats", cfg.visual_dim, cfg.n_frames, clip_feats.shape[0])
         mask = _as_mask(frame_mask, "frame_mask", tuple(frame_feats.shape[:2]))
+        frame_feats, mask = _pad_frames(frame_feats, mask, cfg.n_frames)
         clip = self.clip_branch(clip_feats)
         frame = self.frame_branch(frame_feats, mask)
+        if cfg.padded_frames == "zero":
+            frame = frame.masked_fill(~mask.unsqueeze(-1), 0.0)
         return VideoEmbeddings(clip=clip, frame=frame, frame_mask=mask)
 
     def encode_queries(self, query_feats: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
@@ -371,7 +478,7 @@ class HolmesModel(nn.Module):
         return self.text_encoder(query_feats, mask)
 
     def combine_scores(self, frame: torch.Tensor, clip: torch.Tensor) -> torch.Tensor:
-        """Holmes Eq. 2: :math:`\\alpha_f s^f + \\alpha_c s^c`."""
+        """Holmes Eq. 2: :math:`\alpha_f s^f + \alpha_c s^c`."""
         return self.config.frame_weight * frame + self.config.clip_weight * clip
 
     def similarity(self, queries: torch.Tensor, videos: VideoEmbeddings) -> Similarities:
@@ -382,7 +489,8 @@ class HolmesModel(nn.Module):
         """
         q = F.normalize(queries, dim=-1)
         clip = max_over_positions(q, F.normalize(videos.clip, dim=-1))
-        frame = max_over_positions(q, F.normalize(videos.frame, dim=-1), videos.frame_mask, fill=PADDED_COSINE)
+        frame = max_over_positions(q, F.normalize(videos.frame, dim=-1), videos.frame_mask,
+                                   fill=self.padded_frame_score)
         return Similarities(clip=clip, frame=frame, score=self.combine_scores(frame, clip))
 
     def forward(self, batch: Any) -> ModelOutput:
@@ -395,9 +503,12 @@ class HolmesModel(nn.Module):
                 f"batch.query_video must be a tensor of shape [{query.shape[0]}], got "
                 f"{getattr(query_video, 'shape', type(query_video).__name__)}"
             )
+        query_aux = None
+        if self.config.second_query_encoding and self.training:
+            query_aux = self.encode_queries(batch.query_feats, batch.query_mask)
         sims = self.similarity(query, videos)
         clip_logits = max_over_positions(query, videos.clip)
-        frame_logits = max_over_positions(query, videos.frame, videos.frame_mask)
+        frame_logits = max_over_positions(query, videos.frame, videos.frame_mask, fill=self.padded_frame_logit)
         own_clips = F.normalize(videos.clip, dim=-1)[query_video]  # [Q, M_c, d]
         query_clip_sim = torch.einsum("qd,qmd->qm", F.normalize(query, dim=-1), own_clips)
         return ModelOutput(
@@ -409,4 +520,5 @@ class HolmesModel(nn.Module):
             query_clip_sim=query_clip_sim,
             clip_logits=clip_logits,
             frame_logits=frame_logits,
+            query_aux=query_aux,
         )

@@ -16,6 +16,9 @@ criterion's parts:
 * ``fusion`` / ``calibration``: the partition fusion and calibration of L_inter (rows 5-9);
 * ``intra`` / ``assignment``: L_intra on or off, and its soft label (rows 10-12).
 
+When the model encodes the queries a second time (``ModelOutput.query_aux``, the release's behaviour), that
+encoding feeds L_div and L_intra; the first one gives the scores of the triplet, InfoNCE and L_inter terms.
+
 Everything comes from the library's public API; this module only maps the configuration onto it.
 """
 
@@ -91,6 +94,7 @@ def build_criterion(config: HolmesConfig) -> HolmesCriterion:
         div_alpha=loss.div_alpha,
         div_delta=loss.div_delta,
         div_lambda=loss.div_lambda,
+        hard_negative_topk=loss.hard_negative_topk,
     )
     inter = intra = None
     if ablation.method == "holmes":
@@ -176,7 +180,7 @@ class HolmesObjective(nn.Module):
         """
         intra = self.criterion.intra is not None
         details = self.criterion(
-            output.frame_sim, output.clip_sim, batch.query_video, query_emb=output.query,
+            output.frame_sim, output.clip_sim, batch.query_video, query_emb=_second_encoding(output),
             clip_emb=output.videos.clip if intra else None, frame_logits=output.frame_logits,
             clip_logits=output.clip_logits, clip_mask=batch.clip_mask if intra else None, max_queries=max_queries,
             return_details=True,
@@ -191,3 +195,10 @@ class HolmesObjective(nn.Module):
         total = details.loss + self.config.dab.weight * pac
         return ObjectiveTerms(total=total, base=details.base, inter=details.inter, intra=details.intra, pac=pac,
                               stage=details.stage, query_type=query_type)
+
+
+def _second_encoding(output) -> torch.Tensor:
+    """The query embeddings L_div and L_intra use: ``output.query_aux`` when the model encoded the queries a
+    second time (the release), else ``output.query``."""
+    aux = getattr(output, "query_aux", None)
+    return output.query if aux is None else aux

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from reference_models.holmes.model import PADDED_COSINE, HolmesModel, Similarities, VideoEmbeddings, max_over_positions
+from reference_models.holmes.model import HolmesModel, Similarities, VideoEmbeddings, max_over_positions
 
 __all__ = ["score_matrix", "encode_all_videos", "encode_all_queries"]
 
@@ -38,7 +38,7 @@ def score_matrix(
     Parameters
     ----------
     model : HolmesModel
-        Supplies the branch weights :math:`\\alpha_f, \\alpha_c`.
+        Supplies the branch weights :math:`\\alpha_f, \\alpha_c` and the score of padded frames.
     video_embeddings : VideoEmbeddings
         ``clip [Nv, M_c, d]``, ``frame [Nv, M_f, d]``, ``frame_mask [Nv, M_f]``.
     queries : Tensor, shape [Nq, d]
@@ -75,7 +75,7 @@ def score_matrix(
             q_block = q[q0 : q0 + query_chunk]
             clip_scores[q0 : q0 + query_chunk, v0:v1] = max_over_positions(q_block, clips)
             frame_scores[q0 : q0 + query_chunk, v0:v1] = max_over_positions(
-                q_block, frames, block.frame_mask, fill=PADDED_COSINE
+                q_block, frames, block.frame_mask, fill=model.padded_frame_score
             )
     return Similarities(clip=clip_scores, frame=frame_scores, score=model.combine_scores(frame_scores, clip_scores))
 

@@ -55,7 +55,12 @@ from reference_models.holmes.errors import UserError
 from reference_models.holmes.evaluate import evaluate_retrieval
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.optimization import build_optimizer, build_scheduler
+from reference_models.holmes.optimization import (
+    build_scheduler,
+    clip_gradients,
+    gradient_norm,
+    optimizer_from_settings,
+)
 
 __all__ = ["TrainResult", "Trainer", "autocast_context", "ResumeMismatchError", "TrainingDivergedError"]
 
@@ -103,7 +108,8 @@ class TrainResult:
     stopped_early : bool
         Whether early stopping ended the run.
     history : list of dict
-        Per epoch: mean losses, validation metrics and the epoch's training time in seconds.
+        Per epoch: mean losses, validation metrics, the epoch's training time in seconds and, on CUDA,
+        ``peak_gpu_memory_gib`` (``torch.cuda.max_memory_allocated`` over the epoch's training and validation).
     """
 
     best_sumr: float
@@ -194,10 +200,15 @@ class Trainer:
             drop_last=train_split.num_videos % vpb == 1 and train_split.num_videos > 1,
         )
         self.steps_per_epoch = len(self.loader)
-        self.optimizer = build_optimizer([self.model, self.objective], config.optim.lr, config.optim.weight_decay)
+        optim = config.optim
+        self.optimizer = optimizer_from_settings([self.model, self.objective], optim)
         self.scheduler = build_scheduler(
-            self.optimizer, config.optim.epochs * self.steps_per_epoch, config.optim.warmup_ratio
+            self.optimizer, optim.epochs * self.steps_per_epoch, optim.warmup_ratio, schedule=optim.lr_schedule
         )
+        # BertStyleAdam clips each tensor inside its step; every other combination clips here.
+        self._clip_mode: str | None = None
+        if not (optim.optimizer == "bert_adam" and optim.grad_clip_mode == "per_parameter"):
+            self._clip_mode = optim.grad_clip_mode
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp and self.device.type == "cuda")
         self.params = [p for m in (self.model, self.objective) for p in m.parameters() if p.requires_grad]
         self.start_epoch = 0
@@ -337,6 +348,8 @@ class Trainer:
                 self.bad_epochs += 1
             record = {"epoch": epoch, "train_seconds": seconds, **{f"loss/{k}": v for k, v in losses.items()},
                       **{f"val/{k}": v for k, v in metrics.items()}}
+            if self.device.type == "cuda":  # peak of the epoch's training and validation
+                record["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             self.history.append(record)
             self._log_epoch(record, improved)
             if improved:
@@ -363,6 +376,8 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         steps = 0
         watch = _DivergenceWatch(self.device, epoch, self.config.optim.lr)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         start = time.perf_counter()
         for batch in _progress(self.loader, self.show_progress, f"epoch {epoch + 1}/{self.config.optim.epochs}"):
             max_queries = int(torch.bincount(batch.query_video).max())  # on the host, before the copy
@@ -378,7 +393,10 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(terms.total).backward()
             self.scaler.unscale_(self.optimizer)
-            grad_norm = nn.utils.clip_grad_norm_(self.params, self.config.optim.grad_clip)
+            if self._clip_mode is not None:
+                grad_norm = clip_gradients(self.params, self.config.optim.grad_clip, self._clip_mode)
+            else:  # BertStyleAdam clips each tensor itself
+                grad_norm = gradient_norm(self.params)
             # With gradient scaling, an overflowing gradient is expected: the scaler skips that step.
             watch.observe(steps, terms.total, None if self.scaler.is_enabled() else grad_norm)
             self.scaler.step(self.optimizer)

@@ -75,20 +75,29 @@ def test_output_shapes_and_device(device):
     assert torch.allclose(out.score, 0.4 * out.frame_sim + 0.6 * out.clip_sim)
 
 
-def test_scores_match_brute_force_and_padding_never_wins():
+@pytest.mark.parametrize("padded_frames", ["zero", "mask"])
+def test_scores_match_brute_force_and_padded_frames(padded_frames):
+    """``"mask"``: padded frames never win the max; ``"zero"`` (release): they score cosine 0 (and dot 0)."""
     torch.manual_seed(1)
-    model = HolmesModel(small_config()).eval()
+    model = HolmesModel(small_config(padded_frames=padded_frames)).eval()
     batch = make_batch(seed=1)
     with torch.no_grad():
         out = model(batch)
-        # replacing the padded frames' content changes nothing: masked as keys and excluded from the max
+        # replacing the padded frames' content changes nothing: zeroed on input, masked as keys
         noisy = SimpleNamespace(**vars(batch))
         noisy.frame_feats = batch.frame_feats + 100.0 * (~batch.frame_mask).unsqueeze(-1)
         out_noisy = model(noisy)
     mask = batch.frame_mask.numpy()
+    padded = ~mask.all(axis=1)  # videos with at least one padded frame
     q = out.query.double().numpy()
     frame = brute_force_max_cosine(q, out.videos.frame.double().numpy(), mask)
     clip = brute_force_max_cosine(q, out.videos.clip.double().numpy(), None)
+    dots = torch.einsum("qd,vmd->qvm", out.query, out.videos.frame).masked_fill(~batch.frame_mask, -1e30).amax(-1)
+    if padded_frames == "zero":
+        frame = np.where(padded[None, :], np.maximum(frame, 0.0), frame)
+        dots = torch.where(torch.from_numpy(padded)[None, :], dots.clamp_min(0.0), dots)
+        assert torch.all(out.videos.frame[~batch.frame_mask] == 0)
+        assert (out.frame_sim[:, torch.from_numpy(padded)] >= 0).all()
     np.testing.assert_allclose(out.frame_sim.numpy(), frame, atol=1e-5)
     np.testing.assert_allclose(out.clip_sim.numpy(), clip, atol=1e-5)
     assert torch.allclose(out.frame_sim, out_noisy.frame_sim, atol=1e-6)
@@ -96,9 +105,11 @@ def test_scores_match_brute_force_and_padding_never_wins():
     for i, video in enumerate(batch.query_video.tolist()):
         expected = F.cosine_similarity(out.query[i].unsqueeze(0), out.videos.clip[video], dim=-1)
         assert torch.allclose(out.query_clip_sim[i], expected, atol=1e-5)
-    # unnormalised logits: max raw dot product over valid positions
-    dots = torch.einsum("qd,vmd->qvm", out.query, out.videos.frame).masked_fill(~batch.frame_mask, -1e30)
-    assert torch.allclose(out.frame_logits, dots.amax(-1), atol=1e-5)
+    # unnormalised logits: max raw dot product over positions
+    assert torch.allclose(out.frame_logits, dots, atol=1e-5)
+    # scoring in blocks applies the same rule
+    chunked = score_matrix(model, out.videos, out.query, query_chunk=3, video_chunk=2)
+    assert torch.allclose(chunked.frame, out.frame_sim, atol=1e-6)
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,26 +151,40 @@ def test_gaussian_attention_infinite_width_is_plain_attention():
         assert not torch.allclose(narrow(x, mask), reference, atol=1e-3)
 
 
-@pytest.mark.parametrize("kernel", ["release", "paper"])
-def test_gaussian_kernel_formula(kernel):
-    length, width = 9, 2.0
+@pytest.mark.parametrize("length, width", [(9, 2.0), (32, 0.5), (128, 1.0), (128, 32.0), (201, 0.005), (1, 1.0)])
+@pytest.mark.parametrize("kernel", ["release", "symmetric", "paper"])
+def test_gaussian_kernel_formula(kernel, length, width):
     got = gaussian_kernel(length, width, kernel=kernel, dtype=torch.float64).numpy()
     i, j = np.meshgrid(np.arange(length), np.arange(length), indexing="ij")
-    if kernel == "release":
+    grid = j / max(length - 1, 1)
+    if kernel == "release":  # centred at i / L on the grid j / (L - 1); width clamped to 1e-2; rows scaled to max 1
+        std = max(width, 1e-2) / 9
+        rows = 0.3989422804014327 / std * np.exp(-((grid - i / length) ** 2) / (2 * std**2))
+        expected = rows / rows.max(axis=1, keepdims=True)
+    elif kernel == "symmetric":
         std = width / 9
-        expected = np.exp(-((j - i) / (length - 1)) ** 2 / (2 * std**2))
+        expected = np.exp(-((j - i) / max(length - 1, 1)) ** 2 / (2 * std**2))
     else:
         expected = np.exp(-((j - i) ** 2) / width**2) / (2 * np.pi)
-    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_gaussian_kernel_release_centres_and_errors():
+    kernel = gaussian_kernel(32, 0.5)
+    assert torch.allclose(kernel.amax(dim=1), torch.ones(32))
+    assert not torch.allclose(kernel, kernel.t())  # centres i / L drift off the diagonal
+    # row 31's centre 31/32 lies between grid points 30/31 (0.9677) and 31/31: its peak is at column 30
+    assert int(kernel[31].argmax()) == 30
+    # widths below 1e-2 are clamped; rows that underflow everywhere stay finite (peak 1)
+    assert torch.equal(gaussian_kernel(7, 0.001), gaussian_kernel(7, 0.01))
+    narrow = gaussian_kernel(7, 0.01)
+    assert torch.isfinite(narrow).all() and torch.allclose(narrow.amax(dim=1), torch.ones(7))
     with pytest.raises(ValueError, match="kernel"):
         gaussian_kernel(3, 1.0, kernel="box")
-
-
-def test_parameter_count_matches_paper_scale():
-    """Holmes/GMMFormerV2 report 30.79M parameters on ActivityNet (1024-d I3D and RoBERTa features)."""
-    model = HolmesModel(ModelConfig(visual_dim=1024, text_dim=1024))
-    count = sum(p.numel() for p in model.parameters())
-    assert 25e6 < count < 36e6
+    with pytest.raises(ValueError, match="width"):
+        gaussian_kernel(3, 0.0)
+    with pytest.raises(ValueError, match="length"):
+        gaussian_kernel(0, 1.0)
 
 
 def test_gradient_flows_to_every_parameter():
@@ -195,7 +220,8 @@ def test_encode_all_helpers_pad_and_restore_mode():
     model.eval()
     with torch.no_grad():
         direct = model.encode_videos(b.clip_feats, b.frame_feats, b.frame_mask)
-    assert torch.allclose(videos.frame[2:, :11], direct.frame, atol=1e-6)
+    assert direct.frame.shape == (3, 20, 16)  # frames are padded to n_frames, as the release does
+    assert torch.allclose(videos.frame[2:], direct.frame, atol=1e-6)
     with pytest.raises(ValueError, match="no batch"):
         encode_all_videos(model, [], "cpu")
 
@@ -207,6 +233,12 @@ def test_encode_all_helpers_pad_and_restore_mode():
         (dict(frame_weight=0.5, clip_weight=0.6), "must be 1"),
         (dict(widths=()), "widths"),
         (dict(kernel="box"), "kernel"),
+        (dict(width_weighting="fusion"), "width_weighting"),
+        (dict(attention_mask="none"), "attention_mask"),
+        (dict(padded_frames="drop"), "padded_frames"),
+        (dict(width_temperature=0.0), "width_temperature"),
+        (dict(position_table=10), "position_table"),
+        (dict(query_ffn_multiplier=-1), "query_ffn_multiplier"),
         (dict(n_clips=0), "n_clips"),
     ],
 )
@@ -220,6 +252,8 @@ def test_input_validation():
     batch = make_batch()
     with pytest.raises(ValueError, match="clip_feats"):
         model.encode_videos(batch.clip_feats[..., :5], batch.frame_feats, batch.frame_mask)
+    with pytest.raises(ValueError, match=r"clip_feats must have shape \[N, 8, 12\]"):  # the weight head needs M_c
+        model.encode_videos(batch.clip_feats[:, :5], batch.frame_feats, batch.frame_mask)
     with pytest.raises(ValueError, match="frame_mask"):
         model.encode_videos(batch.clip_feats, batch.frame_feats, batch.frame_mask[:, :5])
     with pytest.raises(ValueError, match="query_feats"):

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# CUDA checks of the library and the reference model, sized for a 10-minute slot on one GPU.
+#
+#   bash benchmarks/gpu_check.sh            # from the repository root, on a machine with a CUDA GPU
+#
+# 1. The test suite: the `device` fixture adds "cuda" when a GPU is present, so `pytest` covers every
+#    device-parametrised test on CPU and CUDA. The POT reference tests need the `pot` package; where it is
+#    missing, a wheel in .whl/ is installed (fetch it beforehand on a machine with a registry:
+#    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl pot), else those two
+#    files are skipped and the script says so.
+# 2. Two epochs of `--config tvr` (the release's architecture and optimiser, 128 videos per batch) on the
+#    release-sized synthetic set of benchmarks/release_fidelity.py (600 training videos x 4 captions,
+#    3072-d frames, 768-d tokens), once with --amp (float16 autocast + gradient scaling) and once without;
+#    prints the training time of each epoch and the peak GPU memory (torch.cuda.max_memory_allocated).
+#
+# Expected wall time on one H200: about 1 minute of tests, 1-2 minutes to write the data, under 1 minute per run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+WORK=${GPU_CHECK_DIR:-/tmp/holmes_gpu_check}
+mkdir -p "$WORK"
+
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))"
+
+echo "== test suite (CPU and CUDA) =="
+ignore=()
+if ! "$PY" -c "import ot" 2>/dev/null; then
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" .whl/*.whl
+    export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+  else
+    echo "pot is not installed and .whl/ holds no wheel: skipping tests/test_sinkhorn.py and tests/test_flexible_ot.py"
+    ignore=(--ignore=tests/test_sinkhorn.py --ignore=tests/test_flexible_ot.py)
+  fi
+fi
+"$PY" -m pytest -q -x -p no:cacheprovider "${ignore[@]}"
+
+echo "== release-sized data =="
+if [ ! -f "$WORK/data/tvr/FeatureData/synthetic/video2frames.txt" ]; then
+  "$PY" benchmarks/release_fidelity.py data --root "$WORK/data"
+fi
+
+for amp in off on; do
+  flag=()
+  [ "$amp" = on ] && flag=(--amp)
+  echo "== --config tvr, 2 epochs, 128 videos per batch, amp $amp =="
+  "$PY" benchmarks/release_fidelity.py train --root "$WORK/data" --config tvr --epochs 2 --warmup-stage 1 \
+    --hard-negative-epoch 1 --device cuda --threads 0 "${flag[@]}" --output-dir "$WORK/tvr_amp_$amp"
+  "$PY" - "$WORK/tvr_amp_$amp/curve.json" <<'EOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+for e in run["epochs"]:
+    print(f"epoch {e['epoch']}: train {e['train_seconds']:.1f} s, peak GPU memory {e['peak_gpu_memory_gib']:.2f} GiB, "
+          f"loss {e['loss/total']:.4f}, val SumR {e['val/SumR']:.1f}")
+print(f"test SumR {run['test']['SumR']:.1f}; parameters {run['parameters_millions']:.2f} M")
+EOF
+done
