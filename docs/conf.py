@@ -58,6 +58,7 @@ napoleon_type_aliases = {
     "ndarray": ":class:`numpy.ndarray`",
     "Path": ":class:`pathlib.Path`",
     "sequence": ":term:`sequence`",
+    "iterable": ":term:`iterable`",
 }
 
 intersphinx_mapping = {

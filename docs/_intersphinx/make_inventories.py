@@ -45,6 +45,7 @@ INVENTORIES: dict[str, tuple[str, str, list[tuple[str, str, str]]]] = {
         ("pathlib.Path", "py:class", "library/pathlib.html#$"),
         ("os.replace", "py:function", "library/os.html#$"),
         ("sequence", "std:term", "glossary.html#term-sequence"),
+        ("iterable", "std:term", "glossary.html#term-iterable"),
     ]),
     "torch-objects.inv": ("PyTorch", "stable", [
         ("torch.Tensor", "py:class", "tensors.html#$"),
@@ -55,6 +56,8 @@ INVENTORIES: dict[str, tuple[str, str, list[tuple[str, str, str]]]] = {
         ("torch.nn.Module", "py:class", "generated/torch.nn.Module.html#$"),
         # the defining module's name, under which autodoc writes the base class of every nn.Module
         ("torch.nn.modules.module.Module", "py:class", "generated/torch.nn.Module.html#torch.nn.Module"),
+        ("torch.optim.Optimizer", "py:class", "optim.html#torch.optim.Optimizer"),
+        ("torch.optim.optimizer.Optimizer", "py:class", "optim.html#torch.optim.Optimizer"),
         ("torch.nn.MultiheadAttention", "py:class", "generated/torch.nn.MultiheadAttention.html#$"),
         ("torch.compile", "py:function", "generated/torch.compile.html#$"),
         ("torch.kthvalue", "py:function", "generated/torch.kthvalue.html#$"),

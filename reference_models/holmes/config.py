@@ -101,7 +101,7 @@ class ModelSettings:
         Dropout of every layer.
     frame_weight, clip_weight : float
         α_f, α_c of Holmes Eq. 2.
-    widths : list of (float or None), optional
+    widths : list, optional
         Gaussian widths of the parallel blocks, ``None`` entries = global attention (kept JSON-standard);
         ``widths=None`` = the release's eight widths.
     ffn_multiplier, query_ffn_multiplier : int

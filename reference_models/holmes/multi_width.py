@@ -124,7 +124,7 @@ class MultiWidthGaussianBlock(nn.Module):
     ----------
     hidden_size, n_heads : int
         Model width and attention heads.
-    widths : tuple of (float or None)
+    widths : tuple
         One block per width; ``None``/``inf`` is global attention.
     dropout : float
         Dropout of every block (and of the weight predictor).

@@ -112,7 +112,7 @@ def build_optimizer(
 
     Parameters
     ----------
-    modules : iterable of nn.Module
+    modules : iterable of torch.nn.Module
         Model (and objective) whose parameters are trained; a parameter shared by several is taken once.
     lr, weight_decay : float
         Peak learning rate and decoupled weight decay of the decayed group.

@@ -264,12 +264,19 @@ def fit_retrieval_uncertainty(
     leave it off for an objective built afresh (its heads would be untrained).
     """
     dab = getattr(objective, "dab", None) if kl_margin else None
-    kl_cost = None
-    if dab is not None:
-        def kl_cost(queries: torch.Tensor, videos) -> torch.Tensor:
-            return dab.alignment.cost(queries, videos.frame, videos.frame_mask)
-    uncertainty = RetrievalUncertainty.from_identifier(objective.identifier(), kl_cost=kl_cost)
+    uncertainty = RetrievalUncertainty.from_identifier(
+        objective.identifier(), kl_cost=None if dab is None else _dab_kl_cost(dab)
+    )
     return uncertainty.fit(model, val_split, config, device=device, planted_types=planted_types)
+
+
+def _dab_kl_cost(dab: Any) -> Any:
+    """The DAB heads' query-to-video KL cost, as :class:`RetrievalUncertainty` takes it."""
+
+    def kl_cost(queries: torch.Tensor, videos: Any) -> torch.Tensor:
+        return dab.alignment.cost(queries, videos.frame, videos.frame_mask)
+
+    return kl_cost
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
