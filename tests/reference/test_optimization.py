@@ -18,6 +18,7 @@ from reference_models.holmes.optimization import (
     build_optimizer,
     build_scheduler,
     clip_gradients,
+    gradient_norm,
     decay_groups,
 )
 from reference_models.holmes.trainer import Trainer
@@ -130,6 +131,15 @@ def test_clip_gradients_per_parameter_and_global():
     assert torch.allclose(total, torch.tensor(1.0), atol=1e-5)
     with pytest.raises(ValueError, match="mode"):
         clip_gradients([a], 1.0, "none")
+
+
+def test_gradient_norm_is_the_norm_of_all_gradients_together():
+    a, b, c = (torch.nn.Parameter(torch.zeros(2)) for _ in range(3))
+    assert gradient_norm([a, b]).item() == 0.0  # no gradients yet
+    a.grad, b.grad = torch.tensor([3.0, 4.0]), torch.tensor([0.0, 12.0])
+    assert gradient_norm([a, b, c]).item() == pytest.approx(13.0)
+    b.grad = torch.tensor([float("nan"), 0.0])
+    assert not torch.isfinite(gradient_norm([a, b]))  # what the trainer's divergence check reads
 
 
 @pytest.fixture(scope="module")
