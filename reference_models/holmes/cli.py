@@ -1,4 +1,5 @@
-"""Command line of the Holmes reference model: ``python -m reference_models.holmes {train,evaluate,validate,demo}``.
+"""Command line of the Holmes reference model:
+``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose}``.
 
 ``train``
     Train on a data root in the MS-SL/GMMFormer layout and write ``<output-dir>/results.json`` with the
@@ -116,7 +117,10 @@ _BATCH_WHY = " (a video's only negatives are the other videos of its batch)"
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of all four subcommands (usage errors are one line, exit status 2)."""
-    parser = _OneLineParser(prog="python -m reference_models.holmes", description=__doc__.splitlines()[0])
+    parser = _OneLineParser(
+        prog="python -m reference_models.holmes",
+        description="The Holmes reference model: train, evaluate, validate data, run the demo, diagnose a checkpoint.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def data_args(p: argparse.ArgumentParser) -> None:
