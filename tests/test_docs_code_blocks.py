@@ -19,14 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guide"
 NOT_RUNNABLE = "# not runnable:"
 
-# README blocks that do not run yet, keyed by a fragment of their code, with the reason. README.md is
-# maintained separately; each entry is a strict xfail, so the test fails once the block runs and the
-# entry must then be removed.
-README_KNOWN_FAILURES = {
-    "groups = build_intra_video_batch(query_emb, query_video, clip_emb)":
-        "uses query_emb, query_video, clip_emb, frame_sim, clip_sim, l_base, w_inter and w_intra without "
-        "defining them",
-}
+# README blocks that do not run yet, keyed by a fragment of their code, with the reason (none today).
+# Each entry is a strict xfail, so the test fails once the block runs and the entry must then be removed.
+README_KNOWN_FAILURES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

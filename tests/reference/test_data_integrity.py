@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import pickle
-import shutil
 
 import h5py
 import numpy as np
@@ -20,16 +19,6 @@ FEATURE = MICRO_SPEC.visual_feature
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     return {layout: make_micro_benchmark(tmp_path_factory.mktemp(layout), layout) for layout in ("hdf5", "bigfile")}
-
-
-@pytest.fixture
-def copy_of(pristine, tmp_path):
-    def make(layout: str):
-        dst = tmp_path / layout
-        shutil.copytree(pristine[layout], dst)
-        return dst, dst / COLLECTION
-
-    return make
 
 
 def validation_error(root) -> DataValidationError:

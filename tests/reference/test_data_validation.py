@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 
 import h5py
 import numpy as np
@@ -20,18 +19,6 @@ def pristine(tmp_path_factory):
         layout: make_tiny_benchmark(tmp_path_factory.mktemp(f"pristine_{layout}"), layout)
         for layout in ("hdf5", "bigfile")
     }
-
-
-@pytest.fixture
-def copy_of(pristine, tmp_path):
-    """A fresh writable copy of the pristine data root of a layout."""
-
-    def make(layout: str):
-        dst = tmp_path / layout
-        shutil.copytree(pristine[layout], dst)
-        return dst, dst / COLLECTION
-
-    return make
 
 
 def check_fails(root, file_name: str, problem: str):
