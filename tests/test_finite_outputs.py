@@ -230,10 +230,18 @@ def check_pac(d):
 
 
 def check_hud_loss(name):
+    # The KL terms' gradient grows like |sim| / tau^2 (HUD Eq. 13-14): for raw scores of 1000 at tau = 0.01 it
+    # is ~2e5, beyond float16's range, and an infinite float16 gradient is then the correctly rounded value.
+    # Gradients must be finite wherever the float64 gradient fits the input's dtype.
     def run(d):
         b = d.int(1, 8)
         h, a = d.sim(b, b, grad=True), d.sim(b, b, grad=True)
-        loss = getattr(F, name)(h, a, (0.01, 0.1, 1.0)[d.int(0, 2)])
+        tau = (0.01, 0.1, 1.0)[d.int(0, 2)]
+        loss = getattr(F, name)(h, a, tau)
+        h64, a64 = (x.detach().double().requires_grad_() for x in (h, a))
+        exact = torch.autograd.grad(getattr(F, name)(h64, a64, tau), (h64, a64))
+        if max(float(g.abs().max()) for g in exact) > torch.finfo(h.dtype).max / 2:
+            return loss
         return loss, _grads_finite(loss, h, a)
     return run
 
@@ -437,3 +445,18 @@ FOUND_NONFINITE_GRADIENTS = [
 @pytest.mark.parametrize(("name", "seed", "scale", "dtype"), FOUND_NONFINITE_GRADIENTS)
 def test_inputs_that_once_gave_non_finite_gradients(name, seed, scale, dtype):
     assert all(v.finite for v in _verdicts(CHECKS[name](Draw(seed, scale, dtype))))
+
+
+def test_the_hud_consistency_gradient_beyond_float16_is_finite_in_float32():
+    """The soak's float16 example with an infinite gradient: the true gradient (float64) is beyond float16's
+    range, so the overflow is the value's, and the same scores in float32 give finite gradients."""
+    d = Draw(734906, 1000.0, torch.float16)
+    b = d.int(1, 8)
+    h, a = d.sim(b, b), d.sim(b, b)
+    tau = (0.01, 0.1, 1.0)[d.int(0, 2)]
+    h64, a64 = (x.double().requires_grad_() for x in (h, a))
+    exact = torch.autograd.grad(F.holistic_atomistic_consistency_loss(h64, a64, tau), (h64, a64))
+    assert max(float(g.abs().max()) for g in exact) > torch.finfo(torch.float16).max
+    h32, a32 = (x.float().requires_grad_() for x in (h, a))
+    loss = F.holistic_atomistic_consistency_loss(h32, a32, tau)
+    assert _grads_finite(loss, h32, a32).finite

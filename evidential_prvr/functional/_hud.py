@@ -206,6 +206,13 @@ def holistic_atomistic_consistency_loss(
     torch.Tensor
         Scalar, non-negative.
 
+    Notes
+    -----
+    The loss is computed in float32 at least, but its gradient returns in the inputs' dtype and grows like
+    :math:`|s| / \\tau^2`: half-precision inputs far outside the cosine range (e.g. scores of 1000 at
+    :math:`\\tau = 0.01`, a true gradient of about :math:`2 \\cdot 10^5`) overflow float16's range. Cosine
+    similarities, or float32 scores, stay finite.
+
     Examples
     --------
     >>> import torch
