@@ -37,7 +37,7 @@ def make_problem(batch: int, queries: int, clips: int, seed: int = 0):
     c = torch.nn.functional.normalize(torch.randn(batch, clips, 384, generator=gen), dim=-1)
     sim = torch.bmm(q, c.transpose(1, 2))
     fot = FlexibleOT.from_preset("release", dataset="tvr")
-    out = fot(sim)
+    out = fot(sim, return_dustbin_value=True)
     scores = torch.cat([out.similarity, out.dustbin_value.view(batch, 1, 1).expand(batch, 1, clips)], dim=1)
     a = torch.cat([torch.full((batch, queries), 1.0 / (clips + queries)),
                    torch.full((batch, 1), clips / (clips + queries))], dim=1)

@@ -1,0 +1,35 @@
+"""Every benchmark script still runs against the current API (tiny sizes, one repetition; nothing is timed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# script, tiny arguments, a line fragment its report must contain
+SMOKE_RUNS = [
+    ("flexible_ot.py", "--batch 3 --queries 2 --clips 4 --iters 5 --repeats 1 --no-scaling --threads 1", "POT"),
+    ("inter_video.py", "--sizes 12x4 --repeats 1 --warmup 0 --threads 1", "ratio"),
+    ("validation_overhead.py", "--inter-size 12x4 --intra-size 3x2x4 --backends aot_eager --repeats 1 --warmup 0 "
+     "--threads 1", "compiled (aot_eager)"),
+    ("validation_overhead.py", "--inter-size 12x4 --intra-size 3x2x4 --backends none --repeats 1 --warmup 0 "
+     "--threads 1", "validate_args=False"),
+    ("pairwise_gaussian_kl.py", "--n 32 --d 8 --naive-rows 8 --repeats 1 --threads 1", "ratio"),
+    ("training_step.py", "--videos 4 --captions 2 --frames 8 --query-len 5 --visual-dim 16 --text-dim 12 "
+     "--hidden 16 --config embedded --repeats 1 --warmup 0 --threads 1", "ratio"),
+    ("evaluation.py", "--queries 20 --videos 10 --hidden 16 --clips 4 --frames 8 --device cpu --threads 1", "recall"),
+]
+
+
+@pytest.mark.parametrize(("script", "args", "expected"), SMOKE_RUNS, ids=[f"{run[0]}-{i}" for i, run in enumerate(SMOKE_RUNS)])
+def test_benchmark_runs(script, args, expected):
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args.split()], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert expected.lower() in run.stdout.lower(), run.stdout[-2000:]
