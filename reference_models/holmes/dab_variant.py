@@ -1,4 +1,4 @@
-"""The DAB variant of the reference model: Gaussian heads + distribution bridge + PAC (issue 5).
+"""The DAB variant of the reference model: Gaussian heads + distribution bridge + PAC.
 
 It replaces the InfoNCE part of L_base with the library's
 :class:`~evidential_prvr.probabilistic.DABAlignment` (text Gaussian head → distribution bridge; video
