@@ -295,6 +295,8 @@ class OptimizerSettings:
         Gradient clipping norm, applied to each parameter tensor separately.
     eps : float
         Adam ε (1e-6, BERT).
+    betas : tuple of float
+        Adam's β1, β2.
     videos_per_batch : int
         Videos per training batch (each with all of its captions).
 
@@ -314,6 +316,7 @@ class OptimizerSettings:
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     eps: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
     videos_per_batch: int = 128
 
 
@@ -341,6 +344,9 @@ class ModelSettings:
         α_f, α_c of Eq. 2.
     initializer_range : float
         Standard deviation of the normal weight initialisation.
+    ffn_multiplier, query_ffn_multiplier : int
+        Feed-forward size (× ``hidden_size``) of every Gaussian attention block and of the query encoder's
+        block.
 
     Examples
     --------
@@ -365,6 +371,8 @@ class ModelSettings:
     frame_weight: float = 0.4
     clip_weight: float = 0.6
     initializer_range: float = 0.02
+    ffn_multiplier: int = 4
+    query_ffn_multiplier: int = 4
 
 
 @dataclass(frozen=True)

@@ -72,17 +72,7 @@ _LR_SCHEDULES = ("bert_warmup_linear", "warmup_linear")
 _GRAD_CLIP_MODES = ("per_parameter", "global")
 _NO_DECAY = ("embedding_norms", "all_norms")
 
-# LOCAL FALLBACKS for release values the registry (evidential_prvr.presets) has no field for yet:
-# OptimizerSettings.betas (BertAdam's b1, b2) and ModelSettings.ffn_multiplier / query_ffn_multiplier
-# (the 4x feed-forward layers of the Gaussian blocks and of the query block). from_registry() reads
-# the registry's field whenever it exists and falls back to these values otherwise.
-_REGISTRY_FALLBACKS: dict[str, Any] = {"betas": (0.9, 0.999), "ffn_multiplier": 4, "query_ffn_multiplier": 4}
-_ADAM_BETAS = _REGISTRY_FALLBACKS["betas"]
-
-
-def _registry_value(section: Any, name: str) -> Any:
-    """``section.name`` from the registry, or the marked local fallback while the registry lacks the field."""
-    return getattr(section, name, _REGISTRY_FALLBACKS[name])
+_ADAM_BETAS = holmes_settings("release", "tvr").optimizer.betas  # BertAdam's, the same for every data set
 
 
 @dataclass
@@ -465,8 +455,8 @@ def from_registry(dataset: str, source: Literal["release", "paper"] = "release")
             frame_weight=m.frame_weight,
             clip_weight=m.clip_weight,
             widths=[None if math.isinf(x) else float(x) for x in m.widths],
-            ffn_multiplier=_registry_value(m, "ffn_multiplier"),
-            query_ffn_multiplier=_registry_value(m, "query_ffn_multiplier"),
+            ffn_multiplier=m.ffn_multiplier,
+            query_ffn_multiplier=m.query_ffn_multiplier,
             width_temperature=m.width_temperature,
             position_table=m.position_table,
             initializer_range=m.initializer_range,
@@ -477,8 +467,8 @@ def from_registry(dataset: str, source: Literal["release", "paper"] = "release")
             warmup_ratio=o.warmup_proportion,
             grad_clip=o.max_grad_norm,
             eps=o.eps,
-            beta1=_registry_value(o, "betas")[0],
-            beta2=_registry_value(o, "betas")[1],
+            beta1=o.betas[0],
+            beta2=o.betas[1],
             videos_per_batch=o.videos_per_batch,
             epochs=sch.epochs,
             early_stop_patience=sch.early_stop_patience,
