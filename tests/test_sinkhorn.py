@@ -91,6 +91,14 @@ def test_auto_method_selection():
     assert scaling_range_bound(torch.float64) > scaling_range_bound(torch.float32) > 50
 
 
+def test_auto_method_selection_halves_the_range_when_the_plan_is_differentiated():
+    bound = scaling_range_bound(torch.float32)
+    scores = torch.zeros(1, 2, 3)
+    scores[0, 0, 0] = 0.75 * bound * 0.1  # range / epsilon = 0.75 x the bound at epsilon 0.1
+    assert select_sinkhorn_method(scores, 0.1) == "scaling"
+    assert select_sinkhorn_method(scores, 0.1, differentiating=True) == "log"
+
+
 def test_forced_kernel_beyond_safe_range_is_refused():
     scores = torch.rand(1, 3, 4) * 1e3
     a, b = torch.full((1, 3), 1 / 3), torch.full((1, 4), 0.25)

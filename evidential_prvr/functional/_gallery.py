@@ -56,10 +56,10 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr.functional._dempster_shafer import _ds_conflict
+from evidential_prvr.functional._evidence import TANH_SCALINGS, _expected_entropy, _opinion
 
-__all__ = ["GALLERY_TANH_SCALINGS", "BranchOpinion", "GalleryOpinion", "gallery_opinion"]
-
-GALLERY_TANH_SCALINGS = ("inside", "outside")
+__all__ = ["BranchOpinion", "GalleryOpinion", "gallery_opinion"]
 """Where the temperature of Holmes Eq. 3 is applied: ``"inside"`` (paper) or ``"outside"`` (release)."""
 
 
@@ -206,7 +206,7 @@ def _check_inputs(
     if k is not None:
         check_positive_int(k, "k")
     check_positive(tau, "tau")
-    check_choice(tanh_scaling, "tanh_scaling", GALLERY_TANH_SCALINGS)
+    check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
     check_positive_int(query_chunk, "query_chunk")
     if target is not None:
         assert isinstance(target, torch.Tensor)
@@ -246,11 +246,9 @@ def _branch(
 ) -> tuple[BranchOpinion, torch.Tensor]:
     """Eq. 4-5, 9 of one ``[q, K]`` evidence block; returns the opinion and its belief masses."""
     alpha = evidence + 1.0
-    strength = alpha.sum(dim=-1)
-    belief = evidence / strength.unsqueeze(-1)
-    uncertainty = alpha.shape[-1] / strength
-    share = alpha / strength.unsqueeze(-1)
-    aleatoric = (share * (torch.digamma(strength.unsqueeze(-1) + 1.0) - torch.digamma(alpha + 1.0))).sum(dim=-1)
+    opinion = _opinion(alpha)
+    belief, uncertainty = opinion.belief, opinion.uncertainty
+    aleatoric = _expected_entropy(alpha)
     labelled = None if label_sim is None else label_sim.clamp_min(0.0)
     runner_up = sim[:, 1].clamp_min(0.0) if sim.shape[1] > 1 else torch.zeros_like(sim[:, 0])
     return BranchOpinion(uncertainty, aleatoric, belief[:, 0], sim[:, 0].clamp_min(0.0), runner_up, labelled), belief
@@ -379,8 +377,7 @@ def gallery_opinion(
         parts["c"].append(clip_op)
         parts["o"].append(fused_op)
         parts["bo"].append(belief_o)
-        conflict = belief_f.sum(-1) * belief_c.sum(-1) - (belief_f * belief_c).sum(-1)
-        parts["delta"].append(conflict.clamp_min(0.0))
+        parts["delta"].append(_ds_conflict(belief_f, belief_c))
         if t is not None:
             # R@1 convention of recall_at_k: ties with the annotated video count against the model
             parts["correct"].append((r >= r.gather(1, t)).sum(dim=1) == 1)

@@ -8,7 +8,6 @@ Table 3 (softmax over clips, OT without dustbin).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -187,8 +186,7 @@ def _intra_video_loss(
         logits = (similarity.detach() / settings.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
         target = torch.where(valid, torch.softmax(logits, dim=2), torch.zeros_like(similarity))
     else:
-        transport = _flexible_ot(sim, qmask, cmask, valid, dense, dataclasses.replace(settings, grad="detach"),
-                                 validate, False)
+        transport = _flexible_ot(sim, qmask, cmask, valid, dense, settings, validate, False)  # settings: detached
         similarity = transport.similarity  # keeps its gradient
         target = transport.assignment.detach()
 

@@ -91,9 +91,6 @@ class QueryTypeThresholds:
                 "runner_up": self.runner_up}
 
 
-_FEATURES = ("uncertainty", "consistency", "aleatoric", "runner_up")
-
-
 def _check_features(validate: bool, **features: torch.Tensor | None) -> int:
     present = {name: x for name, x in features.items() if x is not None}
     for name, x in present.items():

@@ -86,14 +86,20 @@ def _fill_invalid(
 
 
 def select_sinkhorn_method(
-    scores: torch.Tensor, epsilon: float, a: torch.Tensor | None = None, b: torch.Tensor | None = None
+    scores: torch.Tensor,
+    epsilon: float,
+    a: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    *,
+    differentiating: bool = False,
 ) -> str:
     """The iteration scheme ``method="auto"`` uses for this batch: ``"scaling"`` or ``"log"``.
 
     ``"scaling"`` is returned when, for every problem of the batch, the range of ``scores / epsilon``
     over its valid entries (rows with ``a > 0``, columns with ``b > 0``; all entries when ``a``/``b``
-    are omitted) is at most :func:`scaling_range_bound` of the compute dtype. This costs one host
-    synchronisation.
+    are omitted) is at most :func:`scaling_range_bound` of the compute dtype, halved with
+    ``differentiating=True`` (the plan is differentiated: ``grad="autodiff"`` on scores that require
+    grad). This costs one host synchronisation.
 
     Examples
     --------
@@ -119,7 +125,13 @@ def select_sinkhorn_method(
         valid = valid & (b > 0).unsqueeze(1)
     _, low, high = _fill_invalid(x, valid)
     spread = float((high - low).max()) / epsilon if x.shape[0] else 0.0
-    return "scaling" if spread <= scaling_range_bound(dtype) else "log"
+    return "scaling" if spread <= _auto_bound(dtype, differentiating) else "log"
+
+
+def _auto_bound(dtype: torch.dtype, differentiating: bool) -> float:
+    """Largest range of ``scores / epsilon`` the scaling scheme takes; the backward pass divides by squares of
+    the scaling denominators, so half the range keeps them normal when the plan is differentiated."""
+    return scaling_range_bound(dtype) / (2.0 if differentiating else 1.0)
 
 
 def _check_marginal(x: object, name: str, batch: int, size: int, device: torch.device, validate: bool) -> None:
@@ -289,8 +301,7 @@ def _sinkhorn(
     valid = valid | ~solvable.view(batch, 1, 1)
 
     differentiating = grad == "autodiff" and torch.is_grad_enabled() and scores.requires_grad
-    # the backward pass divides by squares of the scaling denominators: half the range keeps them normal
-    bound = scaling_range_bound(dtype) / (2.0 if differentiating else 1.0)
+    bound = _auto_bound(dtype, differentiating)
     with torch.set_grad_enabled(differentiating):
         x = valid_scores if grad == "autodiff" else valid_scores.detach()
         log_gibbs, low, high = _fill_invalid(x / epsilon, valid, maybe_empty=False)

@@ -45,7 +45,7 @@ from evidential_prvr import FlexibleOT
 from evidential_prvr.metrics import recall_at_k, risk_coverage
 from reference_models.holmes.checkpoint import load_checkpoint
 from reference_models.holmes.config import HolmesConfig
-from reference_models.holmes.data import DataValidationError, load_split, read_planted_types
+from reference_models.holmes.data import load_split, read_planted_types
 from reference_models.holmes.data.layout import CollectionPaths, read_captions
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
@@ -124,10 +124,14 @@ def _load(args: argparse.Namespace):
     load = lambda name: load_split(args.data_root, args.collection, args.visual_feature, name,  # noqa: E731
                                    max_query_len=cfg.optim.max_query_len, n_clips=dims[2], n_frames=dims[3])
     val = load("val")
-    try:
+    test_file = CollectionPaths(args.data_root, args.collection, args.visual_feature).caption_file("test")
+    if args.split == "test" and not test_file.exists():
+        # as train and evaluate: only a missing test file (MS-SL's TVR has none) falls back to val, loudly
+        print(f"warning: no test caption file {test_file}: the val split is reported in place of test",
+              file=sys.stderr)
+        evaluated = val
+    else:
         evaluated = load(args.split) if args.split != "val" else val
-    except DataValidationError:
-        evaluated = val  # collections without a test file (e.g. TVR in MS-SL's release) evaluate on val
     if (val.visual_dim, val.text_dim) != dims[:2]:
         return (f"checkpoint expects (D_v, D_t) = {dims[:2]}, data {args.data_root}/{args.collection} has "
                 f"({val.visual_dim}, {val.text_dim})")

@@ -101,3 +101,23 @@ def test_report_without_planted_types(run, tmp_path):
     assert numbers["gallery_identification"]["fitted"]["macro_f1"] is None  # NaN -> null: no types to score
     assert "planted" not in numbers["type_recall"] and "identified" in numbers["type_recall"]
     assert "Youden" in (report / "index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("case", ["invalid", "missing"])
+def test_only_a_missing_test_file_falls_back_to_val(run, tmp_path, capsys, case):
+    """The same policy as train and evaluate: a broken test caption file is an error, a missing one a warning."""
+    import shutil
+
+    root, out = run
+    data = tmp_path / "data"
+    shutil.copytree(root, data)
+    captions = data / COLLECTION / "TextData" / f"{COLLECTION}test.caption.txt"
+    if case == "invalid":
+        captions.write_text(captions.read_text() + captions.read_text().splitlines()[0] + "\n")
+        assert _diagnose(data, out / "best.pt", tmp_path / "report") == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "duplicate caption id" in err
+    else:
+        captions.unlink()
+        assert _diagnose(data, out / "best.pt", tmp_path / "report") == 0
+        assert "warning: no test caption file" in capsys.readouterr().err
