@@ -49,13 +49,13 @@ from reference_models.holmes.data import load_split, read_planted_types
 from reference_models.holmes.data.layout import CollectionPaths, read_captions
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.selective import TYPE_CODES, QueryUncertainty, RetrievalUncertainty
+from reference_models.holmes.evaluate import TYPE_CODES, TYPE_NAMES
+from reference_models.holmes.selective import QueryUncertainty, RetrievalUncertainty
 from reference_models.holmes import report
 
 __all__ = ["add_diagnose_parser", "run_diagnose", "read_history"]
 
 EXIT_BAD_INPUT = 2
-_TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}
 
 
 def add_diagnose_parser(
@@ -173,13 +173,13 @@ def _query_rows(order: list[int], result: QueryUncertainty, confidence: torch.Te
                   for v, s in zip(top.indices[i].tolist(), top.values[i].tolist())]
         rows.append(report.QueryRow(
             split.caption_ids[i], sentences.get(split.caption_ids[i], ""), result.types[i] or "unknown",
-            _TYPE_NAMES[int(result.identified[i])], float(confidence[i]), bool(result.opinion.correct[i]), videos))
+            TYPE_NAMES[int(result.identified[i])], float(confidence[i]), bool(result.opinion.correct[i]), videos))
     return rows
 
 
 def _type_recall(correct: torch.Tensor, types: list[str | None], identified: torch.Tensor) -> dict[str, dict]:
     out: dict[str, dict[str, float]] = {}
-    groups = {"identified": [_TYPE_NAMES[int(t)] for t in identified.tolist()]}
+    groups = {"identified": [TYPE_NAMES[int(t)] for t in identified.tolist()]}
     if any(t is not None for t in types):
         groups = {"planted": types, **groups}
     for group, labels in groups.items():
@@ -236,7 +236,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
         CollectionPaths(Path(args.data_root), args.collection, args.visual_feature).caption_file(split.split))}
 
     op = result.opinion
-    identified_names = [_TYPE_NAMES[int(t)] for t in result.identified.tolist()]
+    identified_names = [TYPE_NAMES[int(t)] for t in result.identified.tolist()]
     known = any(t is not None for t in types)
     colour_types = [t or "unknown" for t in types] if known else identified_names
     fitted = summary["gallery_identification"]["fitted"]

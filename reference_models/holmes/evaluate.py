@@ -42,6 +42,7 @@ from reference_models.holmes.data import PRVRSplit, make_query_loader, make_vide
 from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
 
 __all__ = [
+    "TYPE_CODES",
     "TYPE_NAMES",
     "EvaluationResult",
     "evaluate_retrieval",
@@ -57,7 +58,8 @@ TYPE_NAMES: dict[int, str] = {
     int(QueryType.POLYSEMOUS): "polysemous",
     int(QueryType.UNDERDETERMINED): "underdetermined",
 }
-_TYPE_CODES = {name: code for code, name in TYPE_NAMES.items()}
+#: Planted-type name → :class:`~evidential_prvr.QueryType` code.
+TYPE_CODES: dict[str, int] = {name: code for code, name in TYPE_NAMES.items()}
 
 
 @dataclass
@@ -128,7 +130,7 @@ def identification_report(identified: torch.Tensor, planted: list[str | None]) -
     """Precision, recall and support per type, accuracy and confusion matrix ``[planted][identified]``."""
     known = [i for i, t in enumerate(planted) if t is not None]
     pred = identified.detach().cpu()[known].tolist()
-    true = [_TYPE_CODES[planted[i]] for i in known]
+    true = [TYPE_CODES[planted[i]] for i in known]
     confusion = [[0] * 3 for _ in range(3)]
     for t, p in zip(true, pred):
         confusion[t][p] += 1

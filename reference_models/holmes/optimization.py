@@ -22,9 +22,10 @@ proportion ``w``:
     :math:`(t + 1) / W` for the first :math:`W = \max(1, \mathrm{round}(w T))` updates, then
     :math:`(T - t) / (T - W)`: the first update already moves the weights.
 
-Gradient clipping (``grad_clip_mode=``): ``"per_parameter"`` clips each parameter tensor's gradient to the
-norm separately (the release; ``BertStyleAdam`` does it inside its step), ``"global"`` clips the norm of all
-gradients together (:func:`clip_gradients`).
+Gradient clipping (``grad_clip_mode=``, :func:`clip_gradients`, called by the trainer before each step):
+``"per_parameter"`` clips each parameter tensor's gradient to the norm separately (the release's BertAdam
+does this inside its step; ``BertStyleAdam(max_grad_norm=...)`` can too), ``"global"`` clips the norm of all
+gradients together.
 """
 
 from __future__ import annotations
@@ -136,12 +137,11 @@ def build_optimizer(
 
 
 def optimizer_from_settings(modules: Iterable[nn.Module], settings: OptimSettings) -> torch.optim.Optimizer:
-    """:func:`build_optimizer` with the choices of ``settings`` (per-tensor clipping inside the optimiser only
-    for ``optimizer="bert_adam"`` with ``grad_clip_mode="per_parameter"``)."""
-    inside = settings.optimizer == "bert_adam" and settings.grad_clip_mode == "per_parameter"
+    """:func:`build_optimizer` with the choices of ``settings``. The optimiser does not clip: the trainer
+    clips with :func:`clip_gradients` (``settings.grad_clip_mode``) before each step."""
     return build_optimizer(
         modules, settings.lr, settings.weight_decay, optimizer=settings.optimizer, no_decay=settings.no_decay,
-        eps=settings.eps, betas=(settings.beta1, settings.beta2), max_grad_norm=settings.grad_clip if inside else 0.0,
+        eps=settings.eps, betas=(settings.beta1, settings.beta2), max_grad_norm=0.0,
     )
 
 
@@ -194,22 +194,17 @@ def build_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def gradient_norm(params: list[nn.Parameter]) -> torch.Tensor:
-    """The L2 norm of all the gradients of ``params`` together (0 when none has a gradient), on their device."""
-    norms = [torch.linalg.vector_norm(p.grad.detach().float()) for p in params if p.grad is not None]
-    if not norms:
-        return torch.zeros(())
-    return torch.linalg.vector_norm(torch.stack(norms))
-
-
 def clip_gradients(params: list[nn.Parameter], max_norm: float, mode: str) -> torch.Tensor:
     """Clip the gradients of ``params`` to ``max_norm``: all together (``"global"``) or each tensor separately
-    (``"per_parameter"``). Returns the norm of all the gradients together before clipping."""
+    (``"per_parameter"``, the release's BertAdam rule). Returns the norm of all the gradients together before
+    clipping (0 when none has a gradient), which is not finite when a gradient is not."""
     _check_choice(mode, "mode", GRAD_CLIP_MODES)
     if mode == "global":
         return nn.utils.clip_grad_norm_(params, max_norm)
-    total = gradient_norm(params)
-    for param in params:
-        if param.grad is not None:
-            nn.utils.clip_grad_norm_(param, max_norm)
-    return total
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norms = [torch.linalg.vector_norm(g) for g in grads]
+    for grad, norm in zip(grads, norms):
+        grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))  # as clip_grad_norm_ on one tensor
+    return torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))

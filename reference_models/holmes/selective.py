@@ -31,16 +31,16 @@ import torch
 from torch import nn
 
 from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, UncertaintyGuidedIdentifier
-from evidential_prvr.functional import macro_f1, selective_confidence
+from evidential_prvr.functional import selective_confidence
 from evidential_prvr.uncertainty import CONFIDENCES, EVIDENTIAL_CONFIDENCES, GalleryOpinion, QueryTypeThresholds
 from evidential_prvr.metrics import augrc, aurc, e_aurc, selective_recall
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
+from reference_models.holmes.evaluate import TYPE_CODES, identification_report
 from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
 
 __all__ = [
     "COVERAGES",
-    "TYPE_CODES",
     "QueryUncertainty",
     "RetrievalUncertainty",
     "selective_metrics",
@@ -50,9 +50,6 @@ __all__ = [
 
 #: Coverages of the R@1-at-coverage columns.
 COVERAGES = (0.5, 0.8)
-#: Planted-type name → :class:`~evidential_prvr.QueryType` code.
-TYPE_CODES = {"precise": 0, "polysemous": 1, "underdetermined": 2}
-_TYPE_NAMES = {code: name for name, code in TYPE_CODES.items()}
 
 
 def selective_metrics(confidence: torch.Tensor, correct: torch.Tensor) -> dict[str, float]:
@@ -62,25 +59,6 @@ def selective_metrics(confidence: torch.Tensor, correct: torch.Tensor) -> dict[s
            "AUGRC": float(augrc(confidence, correct))}
     out.update({f"R@1@{round(100 * c)}%": r for c, r in zip(COVERAGES, recall)})
     return out
-
-
-def _report(identified: torch.Tensor, types: list[str | None]) -> dict[str, Any]:
-    """Per-type precision/recall, accuracy, confusion ``[planted][identified]`` and macro-F1 (known types only)."""
-    known = [i for i, t in enumerate(types) if t is not None]
-    pred = identified.detach().cpu()[known]
-    true = torch.tensor([TYPE_CODES[types[i]] for i in known], dtype=torch.int64)
-    confusion = torch.bincount(true * 3 + pred, minlength=9).reshape(3, 3).tolist() if known else [[0] * 3] * 3
-    per_type = {}
-    for code, name in _TYPE_NAMES.items():
-        hit, n_pred, n_true = confusion[code][code], sum(r[code] for r in confusion), sum(confusion[code])
-        per_type[name] = {"precision": hit / n_pred if n_pred else math.nan,
-                          "recall": hit / n_true if n_true else math.nan, "identified": n_pred, "planted": n_true}
-    return {
-        "per_type": per_type,
-        "macro_f1": macro_f1(pred, true) if known else math.nan,
-        "accuracy": sum(confusion[i][i] for i in range(3)) / len(known) if known else math.nan,
-        "confusion": {_TYPE_NAMES[r]: {_TYPE_NAMES[c]: confusion[r][c] for c in range(3)} for r in range(3)},
-    }
 
 
 @dataclass
@@ -238,9 +216,9 @@ class RetrievalUncertainty:
         assert correct is not None
         selective = {name: selective_metrics(conf, correct) for name, conf in result.confidences.items()}
         ident: dict[str, Any] = {
-            "fitted": {**_report(result.identified, types), "thresholds": self.thresholds.to_dict(),
+            "fitted": {**identification_report(result.identified, types), "thresholds": self.thresholds.to_dict(),
                        "criterion": self.fit_criterion},
-            "batch_rule": _report(result.batch_rule, types),
+            "batch_rule": identification_report(result.batch_rule, types),
             "settings": {"k": self.gallery.k, "tau": self.gallery.tau, "tanh_scaling": self.gallery.tanh_scaling,
                          "query_norm": self.use_query_norm, "reference_norm": self.reference_norm},
             "chosen_confidence": self.chosen_confidence,

@@ -58,7 +58,6 @@ from reference_models.holmes.objective import HolmesObjective
 from reference_models.holmes.optimization import (
     build_scheduler,
     clip_gradients,
-    gradient_norm,
     optimizer_from_settings,
 )
 
@@ -205,10 +204,6 @@ class Trainer:
         self.scheduler = build_scheduler(
             self.optimizer, optim.epochs * self.steps_per_epoch, optim.warmup_ratio, schedule=optim.lr_schedule
         )
-        # BertStyleAdam clips each tensor inside its step; every other combination clips here.
-        self._clip_mode: str | None = None
-        if not (optim.optimizer == "bert_adam" and optim.grad_clip_mode == "per_parameter"):
-            self._clip_mode = optim.grad_clip_mode
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp and self.device.type == "cuda")
         self.params = [p for m in (self.model, self.objective) for p in m.parameters() if p.requires_grad]
         self.start_epoch = 0
@@ -393,10 +388,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(terms.total).backward()
             self.scaler.unscale_(self.optimizer)
-            if self._clip_mode is not None:
-                grad_norm = clip_gradients(self.params, self.config.optim.grad_clip, self._clip_mode)
-            else:  # BertStyleAdam clips each tensor itself
-                grad_norm = gradient_norm(self.params)
+            grad_norm = clip_gradients(self.params, self.config.optim.grad_clip, self.config.optim.grad_clip_mode)
             # With gradient scaling, an overflowing gradient is expected: the scaler skips that step.
             watch.observe(steps, terms.total, None if self.scaler.is_enabled() else grad_norm)
             self.scaler.step(self.optimizer)

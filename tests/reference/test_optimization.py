@@ -18,7 +18,6 @@ from reference_models.holmes.optimization import (
     build_optimizer,
     build_scheduler,
     clip_gradients,
-    gradient_norm,
     decay_groups,
 )
 from reference_models.holmes.trainer import Trainer
@@ -133,13 +132,26 @@ def test_clip_gradients_per_parameter_and_global():
         clip_gradients([a], 1.0, "none")
 
 
-def test_gradient_norm_is_the_norm_of_all_gradients_together():
+def test_per_parameter_clipping_then_step_equals_bert_adam_clipping_inside():
+    grads = [torch.tensor([3.0, 4.0]), torch.tensor([0.3, 0.4])]
+    inside = [torch.nn.Parameter(torch.ones(2)) for _ in grads]
+    outside = [torch.nn.Parameter(torch.ones(2)) for _ in grads]
+    for p, q, g in zip(inside, outside, grads):
+        p.grad, q.grad = g.clone(), g.clone()
+    BertStyleAdam(inside, lr=0.1, max_grad_norm=1.0).step()
+    clip_gradients(outside, 1.0, "per_parameter")
+    BertStyleAdam(outside, lr=0.1, max_grad_norm=0.0).step()
+    for p, q in zip(inside, outside):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_clip_gradients_returns_the_norm_of_all_gradients_together():
     a, b, c = (torch.nn.Parameter(torch.zeros(2)) for _ in range(3))
-    assert gradient_norm([a, b]).item() == 0.0  # no gradients yet
+    assert clip_gradients([a, b], 1.0, "per_parameter").item() == 0.0  # no gradients yet
     a.grad, b.grad = torch.tensor([3.0, 4.0]), torch.tensor([0.0, 12.0])
-    assert gradient_norm([a, b, c]).item() == pytest.approx(13.0)
+    assert clip_gradients([a, b, c], 100.0, "per_parameter").item() == pytest.approx(13.0)
     b.grad = torch.tensor([float("nan"), 0.0])
-    assert not torch.isfinite(gradient_norm([a, b]))  # what the trainer's divergence check reads
+    assert not torch.isfinite(clip_gradients([a, b], 1.0, "per_parameter"))  # what the divergence check reads
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +173,9 @@ def test_release_settings_train_through_the_trainer(tiny_splits, tmp_path, devic
     cfg = release_tiny_config().replace(optim={"epochs": 1})
     trainer = Trainer(cfg, tiny_splits["train"], tiny_splits["val"], tmp_path, seed=1, device=device,
                       show_progress=False)
-    assert isinstance(trainer.optimizer, BertStyleAdam) and trainer._clip_mode is None
+    # clipped once per step, by the trainer (clip_gradients), not again inside the optimiser
+    assert isinstance(trainer.optimizer, BertStyleAdam)
+    assert all(group["max_grad_norm"] == 0 for group in trainer.optimizer.param_groups)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     result = trainer.fit()
     assert len(result.history) == 1 and math.isfinite(result.history[0]["loss/total"])
