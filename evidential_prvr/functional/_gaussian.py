@@ -242,7 +242,7 @@ def pairwise_wasserstein2(
     return sq if squared else sq.clamp_min(1e-12).sqrt()
 
 
-def kl_margin(cost: torch.Tensor) -> torch.Tensor:
+def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Per-query confidence: second-lowest minus lowest cost in each row (DAB, "KL margin").
 
     .. math::
@@ -275,6 +275,9 @@ def kl_margin(cost: torch.Tensor) -> torch.Tensor:
     ----------
     cost : torch.Tensor
         ``[Q, V]`` costs (lower = better match), ``V >= 2``.
+    validate_args : bool, optional
+        Check that ``cost`` is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------
@@ -296,13 +299,19 @@ def kl_margin(cost: torch.Tensor) -> torch.Tensor:
     check_nonempty(cost, "cost")
     if cost.shape[1] < 2:
         raise ValueError(f"cost must have at least 2 columns (candidates) per query, got shape {tuple(cost.shape)}")
-    check_finite(cost, "cost")
+    if should_validate(validate_args):
+        check_finite(cost, "cost")
     lowest_two = torch.topk(cost.to(compute_dtype(cost)), k=2, dim=1, largest=False, sorted=True).values
     return lowest_two[:, 1] - lowest_two[:, 0]
 
 
 def reparameterised_sample(
-    mu: torch.Tensor, logvar: torch.Tensor, n: int, *, generator: torch.Generator | None = None
+    mu: torch.Tensor,
+    logvar: torch.Tensor,
+    n: int,
+    *,
+    generator: torch.Generator | None = None,
+    validate_args: bool | None = None,
 ) -> torch.Tensor:
     """Reparameterised samples :math:`z_u = \\mu + e^{\\mathrm{logvar}/2} \\odot \\eta_u` (HUD Eq. 3).
 
@@ -319,6 +328,9 @@ def reparameterised_sample(
     generator : torch.Generator, optional
         Source of the noise :math:`\\eta \\sim \\mathcal{N}(0, I)`; with a seeded generator on the
         inputs' device the samples are deterministic.
+    validate_args : bool, optional
+        Check that ``logvar`` is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------
@@ -342,7 +354,8 @@ def reparameterised_sample(
     if mu.dim() < 1:
         raise ValueError(f"mu must have at least 1 dimension [..., D], got shape {tuple(mu.shape)}")
     check_positive_int(n, "n")
-    check_finite(logvar, "logvar")
+    if should_validate(validate_args):
+        check_finite(logvar, "logvar")
     shape = (*mu.shape[:-1], n, mu.shape[-1])
     noise = torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
     return mu.unsqueeze(-2) + torch.exp(0.5 * logvar).unsqueeze(-2) * noise

@@ -108,4 +108,4 @@ def selective_confidence(
         )
     if should_validate(validate_args):
         check_finite(kl_cost, "kl_cost")
-    return kl_margin(kl_cost)
+    return kl_margin(kl_cost, validate_args=False)  # checked above

@@ -173,7 +173,7 @@ class DABAlignment(nn.Module):
         check_tensor(text, "text", ndim=2, floating=True)
         check_tensor(video_tokens, "video_tokens", ndim=3, floating=True)
         check_inputs(self.validate_args, text=text, video_tokens=video_tokens)
-        check_token_mask(video_mask, video_tokens, "video_mask")
+        check_token_mask(video_mask, video_tokens, "video_mask", self.validate_args)
         text_gaussian = self.text_head(text)
         video_base = self.video_head(masked_mean(video_tokens, video_mask))
         video_logvar = self.token_head(video_tokens, base_logvar=video_base.logvar, mask=video_mask)

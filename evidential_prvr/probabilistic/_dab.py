@@ -194,7 +194,7 @@ class TokenUncertaintyHead(_LogVarHead):
         check_tensor(tokens, "tokens", ndim=3, floating=True)
         check_dim(tokens, "tokens", self.dim_in)
         check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
-        check_token_mask(mask, tokens)
+        check_token_mask(mask, tokens, validate_args=self.validate_args)
         x = F.normalize(to_module_dtype(tokens, self), dim=-1)
         padding = None if mask is None else ~mask
         attended = self.attention(x, x, x, key_padding_mask=padding, need_weights=False)[0]

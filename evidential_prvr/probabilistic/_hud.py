@@ -121,7 +121,7 @@ class ProbabilisticTextEmbedding(nn.Module):
                 f"reference_tokens must have batch size {text.shape[0]} like text, got shape {tuple(reference_tokens.shape)}"
             )
         check_inputs(self.validate_args, text=text, reference_tokens=reference_tokens)
-        check_token_mask(mask, reference_tokens)
+        check_token_mask(mask, reference_tokens, validate_args=self.validate_args)
         text = to_module_dtype(text, self)
         reference = to_module_dtype(reference_tokens, self)
         padding = None if mask is None else ~mask
