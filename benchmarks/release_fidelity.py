@@ -71,38 +71,39 @@ def peak_rss_gib() -> float:
 
 def _record_steps(trainer) -> list[dict]:
     """Record every training step's loss terms (unweighted, as the release's runner logs them), the global
-    gradient norm before clipping and the learning rate of the update, through module and optimiser hooks."""
+    gradient norm before clipping and the learning rate of the update, through a hook on the objective's
+    criterion (which the objective asks for its details), the trainer's clipping and an optimiser hook."""
+    import reference_models.holmes.trainer as trainer_module
+
     steps: list[dict] = []
-    objective = trainer.objective
+    criterion = trainer.objective.criterion
 
     def value(x: torch.Tensor) -> float:
         return float(x.detach())
 
-    def base_hook(module, inputs, out):
-        steps.append({"triplet": value(out.clip_triplet + out.frame_triplet), "nce_clip": value(out.clip_nce),
-                      "nce_frame": value(out.frame_nce), "div": value(out.diversity)})
+    def criterion_hook(module, inputs, out):
+        base = out.base_details
+        step = {"epoch": module.epoch, "loss": value(out.loss), "triplet": value(base.clip_triplet + base.frame_triplet),
+                "nce_clip": value(base.clip_nce), "nce_frame": value(base.frame_nce), "div": value(base.diversity),
+                "intra": value(out.intra)}
+        if out.inter_details is not None:
+            inter = out.inter_details
+            step.update(edl_frame=value(inter.frame_loss), edl_clip=value(inter.clip_loss),
+                        edl_fused=value(inter.fused_loss))
+        steps.append(step)
 
-    def inter_hook(module, inputs, out):
-        steps[-1].update(edl_frame=value(out.frame_loss), edl_clip=value(out.clip_loss),
-                         edl_fused=value(out.fused_loss))
+    clip = trainer_module.clip_gradients
 
-    def intra_hook(module, inputs, out):
-        steps[-1]["intra"] = value(out)
-
-    def objective_hook(module, inputs, out):
-        steps[-1].update(epoch=module.epoch, loss=value(out.total))
+    def recording_clip(params, max_norm, mode):
+        norm = clip(params, max_norm, mode)  # the norm of all gradients before clipping
+        steps[-1]["grad_norm"] = value(norm)
+        return norm
 
     def step_hook(optimizer, args, kwargs):
-        grads = [p.grad.detach().norm() for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-        steps[-1].update(grad_norm=float(torch.stack(grads).norm()), lr=optimizer.param_groups[0]["lr"])
+        steps[-1]["lr"] = optimizer.param_groups[0]["lr"]
 
-    objective.base.register_forward_hook(base_hook)
-    for loss in (objective.inter, objective.inter_warmup):
-        if loss is not None:
-            loss.register_forward_hook(inter_hook)
-    if objective.intra is not None:
-        objective.intra.register_forward_hook(intra_hook)
-    objective.register_forward_hook(objective_hook)
+    criterion.register_forward_hook(criterion_hook)
+    trainer_module.clip_gradients = recording_clip
     trainer.optimizer.register_step_pre_hook(step_hook)
     return steps
 

@@ -244,5 +244,6 @@ def test_validation_on_breaks_the_graph():
     torch._dynamo.reset()
     module, args = _compile_cases()["inter"]
     module.validate_args = True
-    with pytest.raises(Exception):  # the value checks read tensors on the host: no full graph
+    # the value checks read tensors on the host: no full graph
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException, match="data-dependent"):
         torch.compile(module, fullgraph=True, backend="aot_eager")(*args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -33,3 +34,25 @@ def test_benchmark_runs(script, args, expected):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert expected.lower() in run.stdout.lower(), run.stdout[-2000:]
+
+
+def test_release_fidelity_records_every_step(tmp_path):
+    """``release_fidelity.py train --log-steps`` on a tiny set in its layout: one record per step, every term."""
+    import json
+
+    from reference_models.holmes.data import generate_embedded_benchmark
+    from tests.reference.data_helpers import MICRO_SPEC
+
+    spec = dataclasses.replace(MICRO_SPEC, visual_feature="synthetic")
+    generate_embedded_benchmark(tmp_path / "data", "tvr", seed=0, spec=spec)
+    args = ("train --root {root} --config embedded --epochs 2 --warmup-stage 1 --hard-negative-epoch 1 "
+            "--videos-per-batch 4 --threads 1 --log-steps --output-dir {out}").format(root=tmp_path / "data",
+                                                                                     out=tmp_path / "run")
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "release_fidelity.py"), *args.split()], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    curve = json.loads((tmp_path / "run" / "curve.json").read_text())
+    assert len(curve["epochs"]) == 2 and curve["steps"]
+    second_stage = [s for s in curve["steps"] if s["epoch"] == 1]
+    assert second_stage and all({"loss", "triplet", "nce_clip", "nce_frame", "div", "edl_frame", "edl_clip",
+                                 "edl_fused", "intra", "grad_norm", "lr"} <= set(s) for s in second_stage)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from evidential_prvr import functional as F
@@ -425,7 +425,9 @@ def test_outputs_are_finite(name, d):
 @pytest.mark.parametrize("name", sorted(DIFFERENTIABLE))
 @given(d=draws())
 def test_gradients_are_finite(name, d):
-    assert all(v.finite for v in _verdicts(CHECKS[name](d))), name
+    verdicts = _verdicts(CHECKS[name](d))
+    assume(verdicts)  # none: the true gradient is beyond the dtype's range (check_hud_loss)
+    assert all(v.finite for v in verdicts), name
 
 
 # Inputs on which these checks once found non-finite gradients (fixed: half the scaling-path range when

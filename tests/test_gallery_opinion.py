@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -227,4 +226,4 @@ def test_value_checks_follow_validate_args():
     with pytest.raises(ValueError, match="finite"):
         gallery_opinion(s, s, validate_args=True)
     op = gallery_opinion(s, s, validate_args=False)
-    assert op.fused.uncertainty.shape == (1,) and not math.isnan(float(op.candidates[0, 0]))
+    assert op.fused.uncertainty.shape == (1,) and torch.isnan(op.fused.uncertainty).all()  # unchecked: NaN flows

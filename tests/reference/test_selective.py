@@ -10,7 +10,6 @@ import torch
 
 from evidential_prvr import GalleryUncertainty
 from evidential_prvr.functional import macro_f1
-from evidential_prvr.metrics import augrc, aurc, e_aurc, selective_recall
 from reference_models.holmes.model import Similarities
 from reference_models.holmes.selective import (
     TYPE_CODES,
@@ -42,15 +41,17 @@ def _split(seed: int, n_videos: int = 20, per_video: int = 3):
     return sims, queries, gt, kinds
 
 
-def test_selective_metrics_are_the_library_metrics():
+def test_selective_metrics_match_a_hand_computed_case():
+    # answered in order 0.9 (hit), 0.7 (miss), 0.5 (hit), 0.3 (miss), 0.1 (hit): risks 0, 1/2, 1/3, 1/2, 2/5
     conf = torch.tensor([0.9, 0.3, 0.5, 0.7, 0.1])
     correct = torch.tensor([True, False, True, False, True])
     m = selective_metrics(conf, correct)
     assert set(m) == {"AURC", "E-AURC", "AUGRC", "R@1@50%", "R@1@80%"}
-    assert m["AURC"] == pytest.approx(float(aurc(conf, correct)))
-    assert m["E-AURC"] == pytest.approx(float(e_aurc(conf, correct)))
-    assert m["AUGRC"] == pytest.approx(float(augrc(conf, correct)))
-    assert [m["R@1@50%"], m["R@1@80%"]] == pytest.approx(selective_recall(conf, correct, (0.5, 0.8)).tolist())
+    aurc_hand = (0.5 + 5 / 6 + 5 / 6 + 0.9) / 10  # trapezoids of width 1/5 between the five points
+    optimal = (0.25 + 0.65) / 10  # hits first: risks 0, 0, 0, 1/4, 2/5
+    assert m["AURC"] == pytest.approx(aurc_hand) and m["E-AURC"] == pytest.approx(aurc_hand - optimal)
+    assert m["AUGRC"] == pytest.approx((0.2 + 0.4 + 0.6 + 0.8) / 10)  # errors / 5 from (0, 0): 0, 1/5, 1/5, 2/5, 2/5
+    assert [m["R@1@50%"], m["R@1@80%"]] == pytest.approx([60.0, 50.0])  # 1.5 hits of 2.5; 2 of 4
 
 
 def test_fit_on_val_and_evaluate_on_test():
