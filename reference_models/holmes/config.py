@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evidential_prvr.presets import canonical_dataset, holmes_settings
+from reference_models.holmes.errors import check_choice
 
 __all__ = [
     "ModelSettings",
@@ -266,22 +267,22 @@ class HolmesConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field for any out-of-range or unknown setting."""
         a = self.ablation
-        _choice(a.method, "ablation.method", _METHODS)
-        _choice(a.inter_branches, "ablation.inter_branches", _BRANCHES)
-        _choice(a.fusion, "ablation.fusion", _FUSIONS)
-        _choice(a.calibration, "ablation.calibration", _CALIBRATIONS)
-        _choice(a.assignment, "ablation.assignment", _ASSIGNMENTS)
-        _choice(self.loss.evidential_preset, "loss.evidential_preset", ("release", "paper"))
-        _choice(self.loss.loss_dataset, "loss.loss_dataset", _LOSS_DATASETS)
+        check_choice(a.method, "ablation.method", _METHODS)
+        check_choice(a.inter_branches, "ablation.inter_branches", _BRANCHES)
+        check_choice(a.fusion, "ablation.fusion", _FUSIONS)
+        check_choice(a.calibration, "ablation.calibration", _CALIBRATIONS)
+        check_choice(a.assignment, "ablation.assignment", _ASSIGNMENTS)
+        check_choice(self.loss.evidential_preset, "loss.evidential_preset", ("release", "paper"))
+        check_choice(self.loss.loss_dataset, "loss.loss_dataset", _LOSS_DATASETS)
         m, o = self.model, self.optim
         for name in ("hidden_size", "num_heads", "num_blocks"):
             _positive_int(getattr(m, name), f"model.{name}")
         for name, choices in (("kernel", _KERNELS), ("width_weighting", _WIDTH_WEIGHTINGS),
                               ("attention_mask", _ATTENTION_MASKS), ("padded_frames", _PADDED_FRAMES)):
-            _choice(getattr(m, name), f"model.{name}", choices)
+            check_choice(getattr(m, name), f"model.{name}", choices)
         for name, choices in (("optimizer", _OPTIMIZERS), ("lr_schedule", _LR_SCHEDULES),
                               ("grad_clip_mode", _GRAD_CLIP_MODES), ("no_decay", _NO_DECAY)):
-            _choice(getattr(o, name), f"optim.{name}", choices)
+            check_choice(getattr(o, name), f"optim.{name}", choices)
         for name in ("ffn_multiplier", "query_ffn_multiplier"):
             value = getattr(m, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -391,7 +392,7 @@ class HolmesConfig:
 
     def with_ablation(self, name: str) -> HolmesConfig:
         """Copy with one of the :data:`ABLATIONS` applied (``"full"`` leaves the Holmes defaults)."""
-        _choice(name, "ablation name", tuple(ABLATIONS))
+        check_choice(name, "ablation name", tuple(ABLATIONS))
         changes = dict(ABLATIONS[name])
         suffix = "" if name == "full" else f"+{name}"
         return self.replace(ablation={**dataclasses.asdict(AblationSettings()), **changes}, name=self.name + suffix)
@@ -441,7 +442,7 @@ def from_registry(dataset: str, source: Literal["release", "paper"] = "release")
         values it states (e.g. ActivityNet's query length of 64), the rest from the release as the paper
         says (App. A.1).
     """
-    _choice(source, "source", ("release", "paper"))
+    check_choice(source, "source", ("release", "paper"))
     settings = holmes_settings(source, dataset)
     name = canonical_dataset(dataset)
     m, o, sch = settings.model, settings.optimizer, settings.schedule
@@ -515,13 +516,8 @@ PRESETS: dict[str, Any] = {
 
 def preset(name: str) -> HolmesConfig:
     """A fresh :class:`HolmesConfig` for ``"tvr"``, ``"activitynet"``, ``"charades"`` or ``"embedded"``."""
-    _choice(name, "config preset", tuple(PRESETS))
+    check_choice(name, "config preset", tuple(PRESETS))
     return PRESETS[name]()
-
-
-def _choice(value: object, name: str, choices: tuple[object, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
 
 
 def _positive_int(value: object, name: str) -> None:

@@ -7,8 +7,14 @@ that escapes is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["UserError"]
+__all__ = ["UserError", "check_choice"]
 
 
 class UserError(Exception):
     """A problem the user can fix; its message is one line naming the file, flag or value at fault."""
+
+
+def check_choice(value: object, name: str, choices: tuple[object, ...]) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices`` (a setting's options)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")

@@ -40,6 +40,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from reference_models.holmes.errors import check_choice
+
 __all__ = [
     "GaussianKernel",
     "AttentionMask",
@@ -63,11 +65,6 @@ ADDITIVE_MASK_VALUE = -10000.0
 _MIN_RELEASE_WIDTH = 1e-2
 
 
-def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-
-
 def gaussian_kernel(
     length: int, width: float, *, kernel: GaussianKernel = "release", device=None, dtype=None
 ) -> torch.Tensor:
@@ -88,7 +85,7 @@ def gaussian_kernel(
         raise ValueError(f"width must be > 0, got {width}")
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise ValueError(f"length must be an int >= 1, got {length!r}")
-    _check_choice(kernel, "kernel", KERNELS)
+    check_choice(kernel, "kernel", KERNELS)
     dtype = dtype or torch.float32
     positions = torch.arange(length, device=device, dtype=dtype)
     if kernel == "paper":
@@ -136,8 +133,8 @@ class GaussianSelfAttention(nn.Module):
         super().__init__()
         if hidden_size % n_heads:
             raise ValueError(f"hidden_size must be divisible by n_heads, got {hidden_size} and {n_heads}")
-        _check_choice(kernel, "kernel", KERNELS)
-        _check_choice(attention_mask, "attention_mask", ATTENTION_MASKS)
+        check_choice(kernel, "kernel", KERNELS)
+        check_choice(attention_mask, "attention_mask", ATTENTION_MASKS)
         if width is not None and not width > 0:
             raise ValueError(f"width must be > 0 or None, got {width}")
         self.n_heads = n_heads

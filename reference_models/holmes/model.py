@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr.presets import holmes_settings
+from reference_models.holmes.errors import check_choice
 from reference_models.holmes.gaussian_attention import (
     ATTENTION_MASKS,
     KERNELS,
@@ -171,10 +172,7 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.widths must be a non-empty tuple of widths > 0, got {self.widths}")
         for name, choices in (("kernel", KERNELS), ("width_weighting", WIDTH_WEIGHTINGS),
                               ("attention_mask", ATTENTION_MASKS), ("padded_frames", PADDED_FRAMES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"ModelConfig.{name} must be one of {', '.join(map(repr, choices))}; got {getattr(self, name)!r}"
-                )
+            check_choice(getattr(self, name), f"ModelConfig.{name}", choices)
         if not self.width_temperature > 0:
             raise ValueError(f"ModelConfig.width_temperature must be > 0, got {self.width_temperature}")
         if self.position_table is not None:

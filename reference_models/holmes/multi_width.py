@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference_models.holmes.errors import check_choice
 from reference_models.holmes.gaussian_attention import AttentionMask, GaussianAttentionBlock, GaussianKernel
 
 __all__ = [
@@ -158,8 +159,7 @@ class MultiWidthGaussianBlock(nn.Module):
         super().__init__()
         if len(widths) == 0:
             raise ValueError("widths must hold at least one width")
-        if weighting not in WIDTH_WEIGHTINGS:
-            raise ValueError(f"weighting must be one of {', '.join(map(repr, WIDTH_WEIGHTINGS))}; got {weighting!r}")
+        check_choice(weighting, "weighting", WIDTH_WEIGHTINGS)
         self.blocks = nn.ModuleList(
             GaussianAttentionBlock(hidden_size, n_heads, w, dropout, ffn_multiplier, kernel, attention_mask,
                                    output_projection)

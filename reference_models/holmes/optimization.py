@@ -37,6 +37,7 @@ from torch import nn
 
 from reference_models.holmes.bert_adam import BertStyleAdam
 from reference_models.holmes.config import OptimSettings
+from reference_models.holmes.errors import check_choice
 from reference_models.holmes.model import InputProjection, LearnedPositionalEmbedding
 
 __all__ = [
@@ -63,16 +64,11 @@ _NORM_MODULES = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)
 _EMBEDDING_NORM_OWNERS = (InputProjection, LearnedPositionalEmbedding)
 
 
-def _check_choice(value: object, name: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-
-
 def decay_groups(
     modules: Iterable[nn.Module], no_decay: str = "all_norms"
 ) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """The trainable parameters of ``modules`` split into ``(decayed, not decayed)`` by the ``no_decay`` rule."""
-    _check_choice(no_decay, "no_decay", NO_DECAY_RULES)
+    check_choice(no_decay, "no_decay", NO_DECAY_RULES)
     decay: list[nn.Parameter] = []
     skip: list[nn.Parameter] = []
     seen: set[int] = set()
@@ -127,7 +123,7 @@ def build_optimizer(
         Per-tensor clipping norm of ``"bert_adam"`` (0: none); ``"adamw"`` ignores it (use
         :func:`clip_gradients`).
     """
-    _check_choice(optimizer, "optimizer", OPTIMIZERS)
+    check_choice(optimizer, "optimizer", OPTIMIZERS)
     decay, skip = decay_groups(modules, no_decay)
     groups = [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": skip, "weight_decay": 0.0})
               if g["params"]]
@@ -178,7 +174,7 @@ def build_scheduler(
     ``"warmup_linear"``: ``warmup_ratio`` of the steps (at least one) warm up, then linear decay;
     ``"bert_warmup_linear"``: the release's factor (:func:`bert_warmup_linear`).
     """
-    _check_choice(schedule, "schedule", LR_SCHEDULES)
+    check_choice(schedule, "schedule", LR_SCHEDULES)
     if schedule == "bert_warmup_linear":
         bert_warmup_linear(0, max(total_steps, 1), warmup_ratio)  # validates the arguments now
 
@@ -198,7 +194,7 @@ def clip_gradients(params: list[nn.Parameter], max_norm: float, mode: str) -> to
     """Clip the gradients of ``params`` to ``max_norm``: all together (``"global"``) or each tensor separately
     (``"per_parameter"``, the release's BertAdam rule). Returns the norm of all the gradients together before
     clipping (0 when none has a gradient), which is not finite when a gradient is not."""
-    _check_choice(mode, "mode", GRAD_CLIP_MODES)
+    check_choice(mode, "mode", GRAD_CLIP_MODES)
     if mode == "global":
         return nn.utils.clip_grad_norm_(params, max_norm)
     grads = [p.grad for p in params if p.grad is not None]
