@@ -82,6 +82,14 @@ def _preset(config: HolmesConfig) -> tuple[str, str]:
     return config.loss.evidential_preset, config.loss.loss_dataset
 
 
+def _inter_loss(config: HolmesConfig, **overrides: object) -> EvidentialRetrievalLoss:
+    """L_inter of ``config``'s preset with its fusion rule and τ, and ``overrides``."""
+    preset, dataset = _preset(config)
+    if config.loss.inter_tau is not None:
+        overrides["tau"] = config.loss.inter_tau
+    return EvidentialRetrievalLoss.from_preset(preset, dataset, fusion=config.ablation.fusion, **overrides)
+
+
 def build_criterion(config: HolmesConfig) -> HolmesCriterion:
     """The library's :class:`~evidential_prvr.HolmesCriterion` for ``config`` (weights, schedule, ablation)."""
     loss, ablation = config.loss, config.ablation
@@ -99,15 +107,12 @@ def build_criterion(config: HolmesConfig) -> HolmesCriterion:
     inter = intra = None
     if ablation.method == "holmes":
         terms = {"both": ("frame", "clip"), "frame": ("frame",), "clip": ("clip",)}[ablation.inter_branches]
-        overrides: dict[str, object] = {
-            "fusion": ablation.fusion,
-            "calibrate": ablation.calibration != "none",
-            "calibration_set": "initial" if ablation.calibration == "initial_polysemous" else "refined",
-            "terms": terms + (("fused",) if ablation.aggregation else ()),
-        }
-        if loss.inter_tau is not None:
-            overrides["tau"] = loss.inter_tau
-        inter = EvidentialRetrievalLoss.from_preset(preset, dataset, **overrides)
+        inter = _inter_loss(
+            config,
+            calibrate=ablation.calibration != "none",
+            calibration_set="initial" if ablation.calibration == "initial_polysemous" else "refined",
+            terms=terms + (("fused",) if ablation.aggregation else ()),
+        )
         if ablation.intra:
             intra_overrides: dict[str, object] = {"assignment": ablation.assignment}
             if loss.intra_tau is not None:
@@ -145,11 +150,7 @@ class HolmesObjective(nn.Module):
         """
         if self.criterion.inter is not None:
             return self.criterion.inter.identifier()
-        preset, dataset = _preset(self.config)
-        overrides: dict[str, object] = {"fusion": self.config.ablation.fusion}
-        if self.config.loss.inter_tau is not None:
-            overrides["tau"] = self.config.loss.inter_tau
-        return EvidentialRetrievalLoss.from_preset(preset, dataset, **overrides).identifier()
+        return _inter_loss(self.config).identifier()
 
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based)."""
