@@ -316,15 +316,11 @@ def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
     return torch.where(count > 0, median, torch.full_like(median, float("nan")))
 
 
-def _identify_branch(
-    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, settings: IdentificationSettings
-) -> BranchIdentification:
-    """Holmes Eq. 10-12 for one branch on validated, detached tensors of one dtype."""
-    beta = settings.beta
-    u = _opinion(alpha).uncertainty
-    c = _label_consistency(sim, label)
-    xi = _expected_entropy(alpha)
-    matched = correctly_matched(sim, mask, settings.matched)
+def _branch_rule(
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Holmes Eq. 11-12 on one branch's ``u``, ``c``, ``xi`` and correctly-matched set: the query types, the
+    initial types (before the ξ split), the thresholds β_u, β_p and the ξ median."""
     any_matched = matched.any()
     u_tp = u.masked_fill(~matched, float("-inf")).amax()
     c_tp = c.masked_fill(~matched, float("inf")).amin()
@@ -332,7 +328,7 @@ def _identify_branch(
     beta_p = torch.where(any_matched, c_tp.clamp_min(beta), torch.full_like(c_tp, beta))
     under = u > beta_u
     candidate = ~under & (c >= beta_p)
-    if settings.entropy_median == "candidates":
+    if entropy_median == "candidates":
         median = _numpy_median(xi, candidate)
         precise = candidate & (xi < median)
     else:
@@ -343,6 +339,19 @@ def _identify_branch(
     zero = torch.zeros_like(poly)
     query_type = torch.where(under, under_code, torch.where(precise, zero, poly))
     initial = torch.where(under, under_code, torch.where(candidate, zero, poly))
+    return query_type, initial, beta_u, beta_p, median
+
+
+def _identify_branch(
+    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, settings: IdentificationSettings
+) -> BranchIdentification:
+    """Holmes Eq. 10-12 for one branch on validated, detached tensors of one dtype."""
+    beta = settings.beta
+    u = _opinion(alpha).uncertainty
+    c = _label_consistency(sim, label)
+    xi = _expected_entropy(alpha)
+    matched = correctly_matched(sim, mask, settings.matched)
+    query_type, initial, beta_u, beta_p, median = _branch_rule(u, c, xi, matched, beta, settings.entropy_median)
     return BranchIdentification(query_type, initial, u, c, xi, matched, beta_u, beta_p, median)
 
 

@@ -26,7 +26,7 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion
-from evidential_prvr.functional._identification import _numpy_median
+from evidential_prvr.functional._identification import QueryType, _branch_rule
 
 __all__ = [
     "PRECISE",
@@ -39,7 +39,7 @@ __all__ = [
     "macro_f1",
 ]
 
-PRECISE, POLYSEMOUS, UNDERDETERMINED = 0, 1, 2
+PRECISE, POLYSEMOUS, UNDERDETERMINED = (int(t) for t in QueryType)
 """Type codes, in the uncertainty-dominance order of Holmes Eq. 13 (as :class:`evidential_prvr.QueryType`)."""
 
 _MEDIANS = ("candidates", "batch")
@@ -411,24 +411,10 @@ def fit_query_thresholds(
     return _fit_correctness(uncertainty, consistency, aleatoric, runner_up, mask, grid)
 
 
-
-
 def _batch_branch(branch: BranchOpinion, matched: torch.Tensor, beta: float, entropy_median: str) -> torch.Tensor:
-    u, xi = branch.uncertainty, branch.aleatoric
-    c = branch.label_consistency
-    assert c is not None
-    any_matched = matched.any()
-    u_tp = u.masked_fill(~matched, float("-inf")).amax()
-    c_tp = c.masked_fill(~matched, float("inf")).amin()
-    beta_u = torch.where(any_matched, u_tp.clamp_max(1.0 - beta), torch.full_like(u_tp, 1.0 - beta))
-    beta_p = torch.where(any_matched, c_tp.clamp_min(beta), torch.full_like(c_tp, beta))
-    under = u > beta_u
-    candidate = ~under & (c >= beta_p)
-    if entropy_median == "candidates":
-        precise = candidate & (xi < _numpy_median(xi, candidate))
-    else:
-        precise = candidate & ~(xi > xi.median())
-    return torch.where(under, UNDERDETERMINED, torch.where(precise, PRECISE, POLYSEMOUS)).to(torch.int64)
+    assert branch.label_consistency is not None
+    return _branch_rule(branch.uncertainty, branch.label_consistency, branch.aleatoric, matched, beta,
+                        entropy_median)[0]
 
 
 def batch_rule_query_types(
