@@ -1,0 +1,232 @@
+"""``python -m reference_models.dab demo|train|evaluate|validate``: the text-to-video reference model's command line.
+
+* ``demo --seed S --output-dir D`` -- write the embedded benchmark to ``D/data``, train the base and DAB (and,
+  with ``--ablations``, DAB's ablation rows), evaluate each on the 1k-A-style and the all-captions test, print
+  the tables and write ``D/results.json`` (``{"dab": {"test": {"R@1", ..., "aurc": {...}}, ...}, "base": ...}``).
+* ``train --data-root R --output-dir D`` -- train one variant on a data root and evaluate it.
+* ``evaluate --checkpoint D/best.pt --data-root R`` -- evaluate a trained model on a split.
+* ``validate --data-root R`` -- check a data root and print the split sizes; writes nothing.
+
+Bad input (a file, a video id, a flag) is one ``error: ...`` line naming it, exit status 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reference_models.dab.config import COSTS, POOLINGS, VARIANTS, T2VConfig
+from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split, validate_data_root
+from reference_models.dab.evaluate import evaluate_split, query_cost
+from reference_models.dab.model import T2VModel
+from reference_models.dab.task import T2VTask
+from reference_models.engine import (
+    CheckpointError,
+    OneLineParser,
+    Trainer,
+    UserError,
+    add_device_arguments,
+    add_run_arguments,
+    claim_output_folder,
+    device_arg,
+    format_table,
+    int_at_least,
+    load_checkpoint,
+    require_keys,
+    run_main,
+    write_json,
+)
+
+__all__ = ["main", "build_parser", "ABLATIONS", "run_variant"]
+
+# Settings of demo (module attributes so that a test can shrink them).
+DEMO_CONFIG = T2VConfig()
+DEMO_SPEC = None  # None: the documented T2VBenchmarkSpec defaults
+
+#: DAB's ablation rows trained by ``demo --ablations``, each the changes of the default (DAB) config as
+#: keyword arguments of ``T2VConfig.replace``.
+ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "prob_only": {"head": {"variant": "prob"}},
+    "bridge_only": {"head": {"variant": "bridge"}},
+    "dab_w2": {"head": {"cost": "w2"}},
+    "dab_T8": {"bridge": {"n_steps": 8}},
+    "dab_T64": {"bridge": {"n_steps": 64}},
+}
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m reference_models.dab", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    demo = commands.add_parser("demo", help="embedded benchmark: train and compare the base and DAB")
+    add_device_arguments(demo)
+    demo.add_argument("--output-dir", type=Path, default=Path("runs/dab_demo"), help="data, runs and results.json")
+    demo.add_argument("--overwrite", action="store_true", help="replace the runs already in --output-dir")
+    demo.add_argument("--epochs", type=int_at_least(1), help="override the default number of epochs")
+    demo.add_argument("--ablations", action="store_true", help="also train DAB's ablation rows")
+
+    train = commands.add_parser("train", help="train one variant on a data root")
+    add_run_arguments(train)
+    train.add_argument("--data-root", type=Path, required=True, help="folder in the MSR-VTT layout")
+    train.add_argument("--variant", choices=VARIANTS, help="retrieval head (default: dab)")
+    train.add_argument("--cost", choices=COSTS, help="Gaussian cost (default: kl)")
+    train.add_argument("--pooling", choices=POOLINGS, help="frame pooling (default: mean)")
+    train.add_argument("--n-steps", type=int_at_least(1), help="truncated bridge steps T' (default 32)")
+    train.add_argument("--config", type=Path, help="JSON file of config changes, e.g. {\"head\": {\"tau\": 8}}")
+
+    evaluate = commands.add_parser("evaluate", help="evaluate a checkpoint on a split")
+    evaluate.add_argument("--checkpoint", type=Path, required=True, help="best.pt or last.pt of a run")
+    evaluate.add_argument("--data-root", type=Path, required=True)
+    evaluate.add_argument("--split", choices=SPLITS, default="test")
+    evaluate.add_argument("--device", type=device_arg, default="cpu", help="torch device (default: cpu)")
+    evaluate.add_argument("--output", type=Path, help="also write the metrics to this JSON file")
+
+    validate = commands.add_parser("validate", help="check a data root; writes nothing")
+    validate.add_argument("--data-root", type=Path, required=True)
+    return parser
+
+
+def _load(root: Path, splits: tuple[str, ...], max_frames: int) -> dict[str, T2VSplit]:
+    if not root.is_dir():
+        raise UserError(f"--data-root {root}: no such folder")
+    return {split: load_t2v_split(root, split, max_frames=max_frames) for split in splits}
+
+
+def run_variant(config: T2VConfig, splits: dict[str, T2VSplit], out: Path, *, seed: int, device: str,
+                show_progress: bool = False, resume: bool = False) -> dict[str, Any]:
+    """Train ``config`` on ``splits["train"]`` (selection on ``"val"``), evaluate the best epoch on the test
+    splits present; returns the metrics by split plus the training summary and the per-query efficiency."""
+    start = time.perf_counter()
+    trainer = Trainer(T2VTask(config, splits["train"], splits["val"]), out, device=device, seed=seed,
+                      show_progress=show_progress)
+    fit = trainer.fit(resume=resume)
+    model = trainer.load_best()
+    result: dict[str, Any] = {"best_epoch": fit.best_epoch, "best_val_R@1": fit.best_metric}
+    result["train_seconds"] = time.perf_counter() - start
+    result["train_seconds_per_epoch"] = sum(h["train_seconds"] for h in fit.history) / max(len(fit.history), 1)
+    for split in ("test", "test_all"):
+        if split in splits:
+            result[split] = evaluate_split(model, splits[split], device)
+    result["efficiency"] = query_cost(model, splits.get("test", splits["val"]), device)
+    return result
+
+
+def _summary_rows(results: dict[str, dict[str, Any]], split: str) -> list[list[str]]:
+    rows = [["model", "R@1", "R@5", "R@10", "MdR", "MnR", "AURC kl_margin", "AURC max_score", "R@1@25%", "R@1@10%"]]
+    for name, res in results.items():
+        test = res[split]
+        best = "kl_margin" if "kl_margin" in test["aurc"] else "max_score"
+        rows.append([name, *(f"{test[k]:.1f}" for k in ("R@1", "R@5", "R@10", "MdR", "MnR")),
+                     f"{test['aurc']['kl_margin']:.3f}" if "kl_margin" in test["aurc"] else "-",
+                     f"{test['aurc']['max_score']:.3f}",
+                     f"{test['R@1@25%'][best]:.1f}", f"{test['R@1@10%'][best]:.1f}"])
+    return rows
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from reference_models.dab.benchmark import generate_t2v_benchmark
+
+    if args.device == "cpu":
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+    out = args.output_dir
+    names = ["base", "dab", *(ABLATIONS if args.ablations else [])]
+    for name in names:
+        claim_output_folder(out / name, resume=False, overwrite=args.overwrite)
+    claim_output_folder(out, resume=False, overwrite=args.overwrite)
+    start = time.perf_counter()
+    config = DEMO_CONFIG
+    if args.epochs is not None:
+        config = config.replace(optim={"epochs": args.epochs})
+    generate_t2v_benchmark(out / "data", seed=args.seed, spec=DEMO_SPEC)
+    splits = _load(out / "data", SPLITS, config.backbone.max_frames)
+    variants = {"base": config.replace(head={"variant": "base"}), "dab": config}
+    if args.ablations:
+        variants.update({name: config.replace(**changes) for name, changes in ABLATIONS.items()})
+    results: dict[str, Any] = {}
+    for name, variant in variants.items():
+        results[name] = run_variant(variant, splits, out / name, seed=args.seed, device=args.device,
+                                    show_progress=not args.no_progress)
+        print(f"[{name}] test R@1 {results[name]['test']['R@1']:.1f} MnR {results[name]['test']['MnR']:.1f} "
+              f"({results[name]['train_seconds']:.0f}s)", flush=True)
+    models = {k: v for k, v in results.items()}
+    results.update({"seed": args.seed, "device": str(args.device), "config": config.to_dict(),
+                    "total_seconds": time.perf_counter() - start})
+    write_json(out / "results.json", results)
+    for split, title in (("test", "1k-A-style test (one caption per video)"), ("test_all", "all-captions test")):
+        print(f"{title}:\n{format_table(_summary_rows(models, split))}")
+    print(f"results written to {out / 'results.json'} ({results['total_seconds']:.0f}s)")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    config = T2VConfig()
+    if args.config is not None:
+        try:
+            changes = json.loads(args.config.read_text(encoding="utf-8"))
+            config = config.replace(**changes)
+        except FileNotFoundError:
+            raise UserError(f"--config {args.config}: no such file") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
+            raise UserError(f"--config {args.config}: {exc}") from None
+    flags = {"head": {"variant": args.variant, "cost": args.cost}, "bridge": {"n_steps": args.n_steps},
+             "backbone": {"pooling": args.pooling}, "optim": {"epochs": args.epochs}}
+    try:  # flags that were given override the --config file
+        config = config.replace(**{section: {k: v for k, v in values.items() if v is not None}
+                                   for section, values in flags.items()})
+    except ValueError as exc:
+        raise UserError(f"settings: {exc}") from None
+    splits = _load(args.data_root, SPLITS, config.backbone.max_frames)  # before anything is written
+    claim_output_folder(args.output_dir, resume=args.resume, overwrite=args.overwrite)
+    result = run_variant(config, splits, args.output_dir, seed=args.seed, device=args.device,
+                         show_progress=not args.no_progress, resume=args.resume)
+    write_json(args.output_dir / "results.json", {"config": config.to_dict(), **result})
+    print(format_table(_summary_rows({config.head.variant: result}, "test")))
+    return 0
+
+
+def load_trained(path: Path, device: str = "cpu") -> T2VModel:
+    """The model of a run's ``best.pt`` / ``last.pt``; :class:`CheckpointError` naming the file otherwise."""
+    state = load_checkpoint(path, map_location=device)
+    require_keys(state, path, ("config", "model", "frame_dim", "text_dim"))
+    try:
+        config = T2VConfig.from_dict(state["config"])
+        model = T2VModel(int(state["frame_dim"]), int(state["text_dim"]), config)
+        model.load_state_dict(state["model"])
+    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+        raise CheckpointError(path, f"not a checkpoint of reference_models.dab ({str(exc).splitlines()[0]})") from None
+    return model.to(device)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    model = load_trained(args.checkpoint, args.device)
+    split = _load(args.data_root, (args.split,), model.config.backbone.max_frames)[args.split]
+    frame_dim, text_dim = model.frame_proj.in_features, model.text_mlp[0].normalized_shape[0]
+    if split.frames.shape[2] != frame_dim or split.text.shape[1] != text_dim:
+        raise UserError(f"--data-root {args.data_root}: features are {split.frames.shape[2]}/{split.text.shape[1]}-d, "
+                        f"checkpoint {args.checkpoint} expects {frame_dim}/{text_dim}")
+    metrics = evaluate_split(model, split, args.device)
+    if args.output is not None:
+        write_json(args.output, {"split": args.split, "checkpoint": str(args.checkpoint), **metrics}, flag="--output")
+    print(format_table(_summary_rows({model.config.head.variant: {args.split: metrics}}, args.split)))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if not args.data_root.is_dir():
+        raise UserError(f"--data-root {args.data_root}: no such folder")
+    sizes = validate_data_root(args.data_root)
+    rows = [["split", "videos", "queries"], *([s, str(v["videos"]), str(v["queries"])] for s, v in sizes.items())]
+    print(format_table(rows))
+    print(f"{args.data_root}: OK")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate}[args.command]
+    return run_main(handler, args)

@@ -1,0 +1,197 @@
+"""Settings of the text-to-video reference model: backbone, retrieval head (base / DAB / ablations), optimiser.
+
+Every choice the DAB text leaves open has a named field here and a row in ``docs/guide/dab.rst``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from reference_models.engine import check_choice, fingerprint_differences
+
+__all__ = ["VARIANTS", "COSTS", "POOLINGS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
+           "T2VConfig"]
+
+#: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
+#: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
+#: embeddings with the cosine and InfoNCE (DAB's "w/ Bridge" row).
+VARIANTS = ("base", "dab", "prob", "bridge")
+#: The cost of the Gaussian variants, DAB's directional KL or the squared 2-Wasserstein distance.
+COSTS = ("kl", "w2")
+#: The frame pooling, CLIP4Clip's mean of the frame tokens or X-Pool's text-conditioned attention.
+POOLINGS = ("mean", "xpool")
+
+
+@dataclass(frozen=True)
+class BackboneSettings:
+    """The CLIP4Clip-style backbone over precomputed features.
+
+    Attributes
+    ----------
+    hidden : int
+        Embedding size of texts and frames.
+    temporal_layers : int
+        Transformer layers over the frame sequence (CLIP4Clip's ``seqTransf``, residual to the frames); 0 = none.
+    heads : int
+        Attention heads of the temporal transformer and of X-Pool's pooling.
+    pooling : {"mean", "xpool"}
+        See :data:`POOLINGS`.
+    max_frames : int
+        Frames per video (longer videos are sampled uniformly).
+    """
+
+    hidden: int = 256
+    temporal_layers: int = 4
+    heads: int = 8
+    pooling: str = "mean"
+    max_frames: int = 12
+
+
+@dataclass(frozen=True)
+class HeadSettings:
+    """The retrieval head: which variant, DAB's Gaussian dimension and the PAC / InfoNCE temperature.
+
+    Attributes
+    ----------
+    variant : str
+        See :data:`VARIANTS`.
+    cost : {"kl", "w2"}
+        See :data:`COSTS` (Gaussian variants).
+    gaussian_dim : int
+        Dimension :math:`D` of the Gaussians.
+    tau : float
+        PAC temperature (DAB: unstated; chosen on the development seed).
+    logit_scale : float
+        Initial inverse temperature of the cosine variants (learned, capped at 100 as in CLIP).
+    """
+
+    variant: str = "dab"
+    cost: str = "kl"
+    gaussian_dim: int = 64
+    tau: float = 4.0
+    logit_scale: float = 20.0
+
+    @property
+    def gaussian(self) -> bool:
+        """Whether the variant ranks by a cost between Gaussians (``dab``, ``prob``)."""
+        return self.variant in ("dab", "prob")
+
+
+@dataclass(frozen=True)
+class BridgeSettings:
+    """DAB's distribution bridge (variants ``dab`` and ``bridge``).
+
+    Attributes
+    ----------
+    n_steps, total_steps : int
+        Truncated steps :math:`T'` of a chain of :math:`N` (DAB: 32 of 1000).
+    time_dim : int
+        Size of the sinusoidal time embedding (DAB: unstated).
+    """
+
+    n_steps: int = 32
+    total_steps: int = 1000
+    time_dim: int = 32
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """AdamW with linear warm-up and decay (DAB: weight decay 0.02, 10 % warm-up).
+
+    Attributes
+    ----------
+    epochs, batch_size, early_stop_patience : int
+        Training length; batch of distinct videos (DAB: 32).
+    lr : float
+        Learning rate of the backbone (DAB's CLIP encoders get 1e-6; this backbone is trained from scratch).
+    head_lr : float
+        Learning rate of the Gaussian heads and the bridge (DAB: 1e-4).
+    weight_decay, warmup_ratio, grad_clip : float
+        AdamW decay, warm-up proportion, global gradient-norm bound (0 = none).
+    """
+
+    epochs: int = 30
+    batch_size: int = 32
+    early_stop_patience: int = 30
+    lr: float = 1e-3
+    head_lr: float = 1e-3
+    weight_decay: float = 0.02
+    warmup_ratio: float = 0.1
+    grad_clip: float = 1.0
+
+
+@dataclass(frozen=True)
+class T2VConfig:
+    """Everything a run needs besides the data, the device and the seed; JSON round-trips exactly."""
+
+    backbone: BackboneSettings = field(default_factory=BackboneSettings)
+    head: HeadSettings = field(default_factory=HeadSettings)
+    bridge: BridgeSettings = field(default_factory=BridgeSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+
+    def __post_init__(self) -> None:
+        check_choice(self.head.variant, "head.variant", VARIANTS)
+        check_choice(self.head.cost, "head.cost", COSTS)
+        check_choice(self.backbone.pooling, "backbone.pooling", POOLINGS)
+        for section in (self.backbone, self.head, self.bridge, self.optim):
+            for item in dataclasses.fields(section):
+                value = getattr(section, item.name)
+                name = f"{type(section).__name__}.{item.name}"
+                if isinstance(value, str):
+                    continue
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise ValueError(f"{name} must be a finite number, got {value!r}")
+                minimum = 0 if item.name in ("temporal_layers", "grad_clip", "weight_decay", "warmup_ratio") else 1
+                if item.name in ("lr", "head_lr", "tau", "logit_scale"):
+                    if value <= 0:
+                        raise ValueError(f"{name} must be > 0, got {value!r}")
+                elif value < minimum:
+                    raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+        if self.bridge.n_steps > self.bridge.total_steps:
+            raise ValueError(f"BridgeSettings.n_steps ({self.bridge.n_steps}) must be <= total_steps "
+                             f"({self.bridge.total_steps})")
+        if self.backbone.hidden % self.backbone.heads:
+            raise ValueError(f"BackboneSettings.hidden ({self.backbone.hidden}) must be a multiple of heads "
+                             f"({self.backbone.heads})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as nested plain dicts (JSON-able; saved in checkpoints and ``results.json``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> T2VConfig:
+        """Inverse of :meth:`~reference_models.dab.config.T2VConfig.to_dict`; ``ValueError``/``TypeError`` naming the section for a bad entry."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a T2VConfig dict is expected, got {type(data).__name__}")
+        sections = {"backbone": BackboneSettings, "head": HeadSettings, "bridge": BridgeSettings,
+                    "optim": OptimSettings}
+        unknown = set(data) - set(sections)
+        if unknown:
+            raise ValueError(f"unknown config section(s): {', '.join(sorted(unknown))}")
+        built = {}
+        for name, kind in sections.items():
+            try:
+                built[name] = kind(**data.get(name, {}))
+            except TypeError as exc:
+                raise ValueError(f"config section {name}: {exc}") from None
+        return cls(**built)
+
+    def replace(self, **sections: dict[str, Any]) -> T2VConfig:
+        """A copy with some fields changed, e.g. ``replace(head={"variant": "base"})``."""
+        current = self.to_dict()
+        for name, changes in sections.items():
+            if name not in current:
+                raise ValueError(f"unknown config section {name!r}")
+            unknown = set(changes) - set(current[name])
+            if unknown:
+                raise ValueError(f"unknown field(s) of {name}: {', '.join(sorted(unknown))}")
+            current[name] = {**current[name], **changes}
+        return T2VConfig.from_dict(current)
+
+    def differences(self, saved: dict[str, Any]) -> list[str]:
+        """``["head.tau 4.0 vs 8.0", ...]`` between a saved
+        :meth:`~reference_models.dab.config.T2VConfig.to_dict` and this config."""
+        return fingerprint_differences(T2VConfig.from_dict(saved).to_dict(), self.to_dict(), sep=".")

@@ -1,0 +1,224 @@
+"""The CLIP4Clip-style text-to-video model on precomputed features, with the base or a DAB retrieval head.
+
+Backbone (CLIP4Clip on frozen CLIP features): a text MLP; a frame projection with position embeddings and a
+residual temporal transformer (``seqTransf``); frame pooling by mean (``meanP``) or X-Pool's text-conditioned
+attention. Heads (:data:`~reference_models.dab.config.VARIANTS`):
+
+* ``base`` -- cosine similarity times a learned logit scale (ranking and InfoNCE logits);
+* ``dab`` -- DAB (ECCV 2026) Key Designs 1-3 through the library: one shared
+  :class:`~evidential_prvr.probabilistic.GaussianEmbeddingHead` for the text and the pooled video, the
+  :class:`~evidential_prvr.probabilistic.TokenUncertaintyHead` for the video variance, the
+  :class:`~evidential_prvr.probabilistic.DistributionBridge` on the text Gaussian, and the cost
+  :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` (or :math:`W_2^2`); ranking by :math:`-C`;
+* ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import Normal, kl_divergence
+
+from evidential_prvr.functional import combine_video_log_variances, pairwise_gaussian_kl, pairwise_wasserstein2
+from evidential_prvr.probabilistic import (
+    DiagonalGaussian,
+    DistributionBridge,
+    GaussianEmbeddingHead,
+    TokenUncertaintyHead,
+)
+from reference_models.dab.config import T2VConfig
+
+__all__ = ["T2VModel", "T2VOutput", "Gallery", "XPoolAttention"]
+
+
+@dataclass
+class T2VOutput:
+    """Scores of ``Q`` texts against ``V`` videos.
+
+    Attributes
+    ----------
+    logits : torch.Tensor
+        ``[Q, V]``, higher = better: the ranking score (scaled cosine, or ``-cost`` for Gaussian heads).
+    cost : torch.Tensor or None
+        ``[Q, V]`` Gaussian cost (lower = better), ``None`` for the cosine heads.
+    """
+
+    logits: torch.Tensor
+    cost: torch.Tensor | None
+
+
+@dataclass
+class Gallery:
+    """The query-independent side of ``V`` encoded videos, computed once per gallery.
+
+    Attributes
+    ----------
+    tokens : torch.Tensor
+        ``[V, T, hidden]`` frame tokens.
+    mask : torch.Tensor
+        ``[V, T]`` bool, True = real frame.
+    pooled : torch.Tensor or None
+        ``[V, hidden]`` mean-pooled videos (``None`` with X-Pool, whose pooling depends on the text).
+    video : DiagonalGaussian or None
+        ``[V, D]`` video Gaussians (Gaussian heads with mean pooling).
+    token_logvar : torch.Tensor or None
+        ``[V, D]`` log-variances of the token uncertainty head (Gaussian heads).
+    """
+
+    tokens: torch.Tensor
+    mask: torch.Tensor
+    pooled: torch.Tensor | None = None
+    video: DiagonalGaussian | None = None
+    token_logvar: torch.Tensor | None = None
+
+
+class XPoolAttention(nn.Module):
+    """X-Pool's text-conditioned frame pooling: one attention per (text, video) pair.
+
+    The text embedding is the query, the frame embeddings keys and values (multi-head, scaled dot product,
+    softmax over the frames); then a linear layer with a residual connection, each step layer-normalised.
+    Output ``[Q, V, hidden]``. Projections start at the identity, as in X-Pool.
+    """
+
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm_in, self.norm_attn, self.norm_out = (nn.LayerNorm(hidden) for _ in range(3))
+        self.q, self.k, self.v, self.out, self.linear = (nn.Linear(hidden, hidden) for _ in range(5))
+        for layer in (self.q, self.k, self.v, self.out, self.linear):
+            nn.init.eye_(layer.weight)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, text: torch.Tensor, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q_count, (v_count, t_count, hidden) = text.shape[0], frames.shape
+        head_dim = hidden // self.heads
+        text, frames = self.norm_in(text), self.norm_in(frames)
+        q = self.q(text).view(q_count, self.heads, head_dim)
+        k = self.k(frames).view(v_count, t_count, self.heads, head_dim)
+        v = self.v(frames).view(v_count, t_count, self.heads, head_dim)
+        logits = torch.einsum("qhd,vthd->qvht", q, k) / head_dim**0.5
+        logits = logits.masked_fill(~mask[None, :, None, :], float("-inf"))
+        pooled = torch.einsum("qvht,vthd->qvhd", logits.softmax(dim=-1), v).reshape(q_count, v_count, hidden)
+        pooled = self.norm_attn(self.out(pooled))
+        return self.norm_out(pooled + self.linear(pooled))
+
+
+class T2VModel(nn.Module):
+    """Text-to-video retrieval model; see the module documentation for the parts.
+
+    Parameters
+    ----------
+    frame_dim, text_dim : int
+        Sizes of the precomputed frame and text features.
+    config : T2VConfig
+        Backbone and head settings.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from reference_models.dab.config import T2VConfig
+    >>> from reference_models.dab.model import T2VModel
+    >>> model = T2VModel(16, 8, T2VConfig().replace(bridge={"n_steps": 4}))
+    >>> out = model(torch.randn(3, 8), torch.randn(5, 12, 16), torch.ones(5, 12, dtype=torch.bool))
+    >>> out.logits.shape, out.cost.shape
+    (torch.Size([3, 5]), torch.Size([3, 5]))
+    """
+
+    def __init__(self, frame_dim: int, text_dim: int, config: T2VConfig) -> None:
+        super().__init__()
+        b, h = config.backbone, config.head
+        self.config = config
+        self.text_mlp = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, b.hidden), nn.GELU(),
+                                      nn.Linear(b.hidden, b.hidden))
+        self.frame_proj = nn.Linear(frame_dim, b.hidden)
+        self.position = nn.Parameter(torch.zeros(b.max_frames, b.hidden))
+        nn.init.normal_(self.position, std=0.02)
+        self.temporal = None
+        if b.temporal_layers:
+            layer = nn.TransformerEncoderLayer(b.hidden, b.heads, dim_feedforward=2 * b.hidden, dropout=0.0,
+                                               activation="gelu", batch_first=True, norm_first=True)
+            self.temporal = nn.TransformerEncoder(layer, b.temporal_layers, enable_nested_tensor=False)
+        self.xpool = XPoolAttention(b.hidden, b.heads) if b.pooling == "xpool" else None
+        if h.gaussian:
+            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim)
+            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim)
+        else:
+            self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
+        self.bridge = None
+        if h.variant in ("dab", "bridge"):
+            dim = h.gaussian_dim if h.variant == "dab" else b.hidden
+            s = config.bridge
+            self.bridge = DistributionBridge(dim, s.n_steps, s.total_steps, time_dim=s.time_dim)
+
+    # --- backbone -------------------------------------------------------------------------------------
+    def encode_text(self, text: torch.Tensor) -> torch.Tensor:
+        """``[Q, text_dim]`` features to ``[Q, hidden]`` embeddings."""
+        return self.text_mlp(text)
+
+    def encode_frames(self, frames: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``[V, T, frame_dim]`` features to ``[V, T, hidden]`` frame tokens (padding rows stay finite)."""
+        x = self.frame_proj(frames)
+        x = x + self.position[: x.shape[1]]
+        if self.temporal is not None:
+            x = x + self.temporal(x, src_key_padding_mask=~mask)
+        return x
+
+    def encode_gallery(self, frames: torch.Tensor, mask: torch.Tensor) -> Gallery:
+        """Everything about ``[V, T, frame_dim]`` videos that does not depend on the query."""
+        tokens = self.encode_frames(frames, mask)
+        gallery = Gallery(tokens, mask)
+        if self.xpool is None:
+            weights = mask.to(tokens.dtype).unsqueeze(-1)
+            gallery.pooled = (tokens * weights).sum(1) / weights.sum(1)
+        if self.config.head.gaussian:
+            gallery.token_logvar = self.token_head(tokens, mask=mask)
+            if gallery.pooled is not None:
+                gallery.video = self._video_gaussian(gallery.pooled, gallery.token_logvar)
+        return gallery
+
+    def pool(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
+        """Video embeddings: ``[V, hidden]`` (mean) or ``[Q, V, hidden]`` (X-Pool, conditioned on each text)."""
+        return gallery.pooled if gallery.pooled is not None else self.xpool(text, gallery.tokens, gallery.mask)
+
+    # --- heads ----------------------------------------------------------------------------------------
+    def _video_gaussian(self, pooled: torch.Tensor, token_logvar: torch.Tensor) -> DiagonalGaussian:
+        video = self.gaussian_head(pooled)
+        return DiagonalGaussian(video.mu, combine_video_log_variances(video.logvar, token_logvar.expand_as(video.logvar)))
+
+    def _gaussian_cost(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
+        text_gaussian = self.gaussian_head(text)
+        if self.bridge is not None:
+            text_gaussian = self.bridge(*text_gaussian)
+        video = gallery.video
+        if video is not None:  # one Gaussian per video: the library's pairwise costs, video first
+            pairwise = pairwise_gaussian_kl if self.config.head.cost == "kl" else pairwise_wasserstein2
+            return pairwise(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T
+        # X-Pool: one video Gaussian per (text, video) pair, [Q, V, D]
+        video = self._video_gaussian(self.pool(text, gallery), gallery.token_logvar)
+        t_mu, t_logvar = text_gaussian.mu[:, None, :], text_gaussian.logvar[:, None, :]
+        if self.config.head.cost == "kl":
+            return kl_divergence(Normal(video.mu, (0.5 * video.logvar).exp()),
+                                 Normal(t_mu, (0.5 * t_logvar).exp())).sum(-1)
+        return (video.mu - t_mu).square().sum(-1) + ((0.5 * video.logvar).exp() - (0.5 * t_logvar).exp()).square().sum(-1)
+
+    def _cosine_logits(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
+        if self.bridge is not None:  # deterministic bridge on the point embedding; the log-variance is inert
+            text = self.bridge(text, torch.zeros_like(text)).mu
+        pooled = F.normalize(self.pool(text, gallery), dim=-1)
+        text = F.normalize(text, dim=-1)
+        cosine = text @ pooled.T if pooled.dim() == 2 else (pooled * text[:, None, :]).sum(-1)
+        return self.log_scale.clamp(max=4.6052).exp() * cosine
+
+    def forward(self, text: torch.Tensor, frames: torch.Tensor, mask: torch.Tensor) -> T2VOutput:
+        """Scores of texts ``[Q, text_dim]`` against videos ``[V, T, frame_dim]`` (``mask`` ``[V, T]``)."""
+        return self.score(self.encode_text(text), self.encode_gallery(frames, mask))
+
+    def score(self, text_emb: torch.Tensor, gallery: Gallery) -> T2VOutput:
+        """Scores of text embeddings ``[Q, hidden]`` (:meth:`encode_text`) against a :class:`Gallery`."""
+        if self.config.head.gaussian:
+            cost = self._gaussian_cost(text_emb, gallery)
+            return T2VOutput(-cost, cost)
+        return T2VOutput(self._cosine_logits(text_emb, gallery), None)

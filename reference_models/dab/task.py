@@ -1,0 +1,113 @@
+"""The text-to-video reference model as one :class:`~reference_models.engine.TrainingTask` of the shared engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from evidential_prvr.functional import info_nce_loss, pac_loss
+from reference_models.dab.config import HeadSettings, T2VConfig
+from reference_models.dab.data import T2VSplit, TrainBatches
+from reference_models.dab.evaluate import evaluate_split
+from reference_models.dab.model import T2VModel, T2VOutput
+from reference_models.engine import TrainingSchedule, TrainingTask, build_scheduler
+
+__all__ = ["T2VTask", "T2VObjective", "T2VLoss"]
+
+
+@dataclass
+class T2VLoss:
+    """The loss of one step: ``total`` and, by name, the term it is (``nce`` or ``pac``)."""
+
+    total: torch.Tensor
+    name: str
+
+    def scalars(self) -> dict[str, torch.Tensor]:
+        return {self.name: self.total.detach()}
+
+
+class T2VObjective(nn.Module):
+    """Symmetric InfoNCE over the scaled cosine (CLIP4Clip) or DAB's PAC loss over the Gaussian cost.
+
+    Both are the sum of the text-to-video and the video-to-text cross-entropy over the in-batch ``[B, B]``
+    scores with positives on the diagonal (:func:`evidential_prvr.functional.info_nce_loss`,
+    :func:`evidential_prvr.functional.pac_loss` with temperature ``head.tau``).
+    """
+
+    def __init__(self, head: HeadSettings) -> None:
+        super().__init__()
+        self.gaussian, self.tau = head.gaussian, head.tau
+
+    def forward(self, output: T2VOutput) -> T2VLoss:
+        if self.gaussian:
+            return T2VLoss(pac_loss(output.cost, self.tau), "pac")
+        labels = torch.arange(output.logits.shape[0], device=output.logits.device)
+        return T2VLoss(info_nce_loss(output.logits, labels), "nce")
+
+
+class T2VTask(TrainingTask):
+    """Train :class:`~reference_models.dab.model.T2VModel` on ``train``, select on ``val`` R@1.
+
+    Optimiser: AdamW (weight decay ``optim.weight_decay``) with two learning rates, ``optim.head_lr`` for the
+    Gaussian heads and the bridge and ``optim.lr`` for the rest; linear warm-up over ``optim.warmup_ratio`` of
+    the updates, then linear decay to 0.
+    """
+
+    name: ClassVar[str] = "dab"
+    selection_metric: ClassVar[str] = "R@1"
+
+    def __init__(self, config: T2VConfig, train: T2VSplit, val: T2VSplit, *, epochs: int | None = None) -> None:
+        if epochs is not None:
+            config = config.replace(optim={"epochs": epochs})
+        self.config, self.train, self.val = config, train, val
+        self.frame_dim, self.text_dim = int(train.frames.shape[2]), int(train.text.shape[1])
+
+    @property
+    def schedule(self) -> TrainingSchedule:
+        o = self.config.optim
+        return TrainingSchedule(o.epochs, o.early_stop_patience, o.lr, o.grad_clip)
+
+    def config_dict(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+    def config_differences(self, saved: dict[str, Any]) -> list[str]:
+        return self.config.differences(saved)
+
+    def data_fingerprint(self) -> dict[str, Any]:
+        return {"train": self.train.fingerprint(), "val": self.val.fingerprint()}
+
+    def build_model(self) -> nn.Module:
+        return T2VModel(self.frame_dim, self.text_dim, self.config)
+
+    def build_objective(self) -> nn.Module:
+        return T2VObjective(self.config.head)
+
+    def train_loader(self, seed: int, num_workers: int = 0) -> TrainBatches:
+        return TrainBatches(self.train, self.config.optim.batch_size, seed)
+
+    def training_step(self, model: nn.Module, objective: nn.Module, batch: Any, device: torch.device) -> T2VLoss:
+        text, frames, mask = (t.to(device) for t in batch)
+        return objective(model(text, frames, mask))
+
+    def build_optimizer(self, modules: list[nn.Module]) -> torch.optim.Optimizer:
+        model = modules[0]
+        dab_parts = [getattr(model, n) for n in ("gaussian_head", "token_head", "bridge") if getattr(model, n, None)]
+        head_ids = {id(p) for part in dab_parts for p in part.parameters()}
+        params = [p for m in modules for p in m.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": self.config.optim.lr}]
+        if head_ids:
+            groups.append({"params": [p for p in params if id(p) in head_ids], "lr": self.config.optim.head_lr})
+        return torch.optim.AdamW(groups, weight_decay=self.config.optim.weight_decay)
+
+    def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
+        return build_scheduler(optimizer, total_steps, self.config.optim.warmup_ratio)
+
+    def validate(self, model: nn.Module, objective: nn.Module, device: torch.device) -> dict[str, float]:
+        metrics = evaluate_split(model, self.val, device, selective=False)
+        return {k: float(v) for k, v in metrics.items()}
+
+    def checkpoint_extras(self) -> dict[str, Any]:
+        return {"frame_dim": self.frame_dim, "text_dim": self.text_dim}

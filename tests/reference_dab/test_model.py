@@ -1,0 +1,101 @@
+"""The T2V model's heads: shapes, DAB's cost against independent references, the bridge at initialisation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributions import Normal, kl_divergence
+
+from reference_models.dab.config import VARIANTS, T2VConfig
+from reference_models.dab.model import T2VModel
+from tests.reference_dab.conftest import TINY_CONFIG
+
+
+def _inputs(q: int = 3, v: int = 4, t: int = 6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(v, t, dtype=torch.bool)
+    mask[1, 4:] = False
+    return torch.randn(q, 10, generator=g), torch.randn(v, t, 12, generator=g), mask
+
+
+@pytest.mark.parametrize("pooling", ["mean", "xpool"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_scores_and_trains(variant: str, pooling: str) -> None:
+    torch.manual_seed(0)
+    model = T2VModel(12, 10, TINY_CONFIG.replace(head={"variant": variant}, backbone={"pooling": pooling}))
+    out = model(*_inputs())
+    assert out.logits.shape == (3, 4) and torch.isfinite(out.logits).all()
+    if variant in ("dab", "prob"):
+        assert torch.equal(out.logits, -out.cost) and (out.cost >= 0).all()
+    else:
+        assert out.cost is None
+    out.logits.sum().backward()
+    assert all(p.grad is not None for p in model.text_mlp.parameters())
+
+
+def _gaussians(model: T2VModel, text: torch.Tensor, frames: torch.Tensor, mask: torch.Tensor):
+    """The text, bridged text and video Gaussians, recomputed from the model's parts."""
+    tokens = model.encode_frames(frames, mask)
+    text_g = model.gaussian_head(model.encode_text(text))
+    bridged = model.bridge(*text_g) if model.bridge is not None else text_g
+    pooled = (tokens * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    video = model.gaussian_head(pooled)
+    logvar = 0.5 * (video.logvar + model.token_head(tokens, mask=mask))
+    return bridged, video.mu, logvar
+
+
+def test_dab_cost_is_the_directional_kl_of_video_to_bridged_text() -> None:
+    torch.manual_seed(1)
+    model = T2VModel(12, 10, TINY_CONFIG)
+    with torch.no_grad():  # a non-trivial bridge (its drift starts at zero)
+        model.bridge.drift[-1].weight.normal_(std=0.1)
+    text, frames, mask = _inputs()
+    bridged, v_mu, v_logvar = _gaussians(model, text, frames, mask)
+    reference = kl_divergence(Normal(v_mu[None], (0.5 * v_logvar[None]).exp()),
+                              Normal(bridged.mu[:, None], (0.5 * bridged.logvar[:, None]).exp())).sum(-1)
+    torch.testing.assert_close(model(text, frames, mask).cost, reference, rtol=1e-4, atol=1e-4)
+    w2 = T2VModel(12, 10, TINY_CONFIG.replace(head={"cost": "w2"}))
+    w2.load_state_dict(model.state_dict())
+    bridged_sd = (0.5 * bridged.logvar).exp()
+    reference_w2 = ((v_mu[None] - bridged.mu[:, None]) ** 2).sum(-1) + \
+        (((0.5 * v_logvar).exp()[None] - bridged_sd[:, None]) ** 2).sum(-1)
+    torch.testing.assert_close(w2(text, frames, mask).cost, reference_w2, rtol=1e-4, atol=1e-4)
+
+
+def test_bridge_is_the_identity_at_initialisation() -> None:
+    torch.manual_seed(2)
+    dab = T2VModel(12, 10, TINY_CONFIG)
+    prob = T2VModel(12, 10, TINY_CONFIG.replace(head={"variant": "prob"}))
+    prob.load_state_dict({k: v for k, v in dab.state_dict().items() if not k.startswith("bridge.")})
+    inputs = _inputs()
+    torch.testing.assert_close(dab(*inputs).cost, prob(*inputs).cost)
+
+
+def test_xpool_with_one_frame_matches_pairwise_scoring() -> None:
+    """With a single frame, X-Pool's attention has one key, so the video Gaussian no longer depends on the text
+    and the per-pair KL must equal the library's pairwise KL on that video Gaussian."""
+    torch.manual_seed(3)
+    model = T2VModel(12, 10, TINY_CONFIG.replace(backbone={"pooling": "xpool"}))
+    text, frames, mask = _inputs(t=1)
+    cost = model(text, frames, mask).cost
+    tokens = model.encode_frames(frames, mask)
+    pooled = model.xpool(model.encode_text(text), tokens, mask)
+    torch.testing.assert_close(pooled[0], pooled[2])  # independent of the text
+    from evidential_prvr.functional import pairwise_gaussian_kl
+
+    bridged = model.bridge(*model.gaussian_head(model.encode_text(text)))
+    video = model.gaussian_head(pooled[0])
+    logvar = 0.5 * (video.logvar + model.token_head(tokens, mask=mask))
+    reference = pairwise_gaussian_kl(video.mu, logvar, bridged.mu, bridged.logvar).T
+    torch.testing.assert_close(cost, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_config_round_trips_and_refuses_bad_values() -> None:
+    config = T2VConfig().replace(head={"variant": "prob", "tau": 2.5})
+    assert T2VConfig.from_dict(config.to_dict()) == config
+    assert config.differences(T2VConfig().to_dict()) == ["head.variant 'dab' vs 'prob'", "head.tau 4.0 vs 2.5"]
+    for bad, match in (({"head": {"variant": "dirichlet"}}, "head.variant"), ({"head": {"tau": 0}}, "tau"),
+                       ({"bridge": {"n_steps": 2000}}, "n_steps"), ({"optim": {"lr": float("nan")}}, "lr"),
+                       ({"backbone": {"hidden": 30}}, "multiple of heads")):
+        with pytest.raises(ValueError, match=match):
+            T2VConfig().replace(**bad)
