@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> dict[str, float | int | str]:
     queries = torch.randn(n_q, d, generator=gen).to(device)
     gt = torch.randint(0, n_v, (n_q,), generator=gen).to(device)
     # only Eq. 2's branch weights are used from the model
-    model = HolmesModel(ModelConfig(visual_dim=1, text_dim=1, hidden_size=8, n_heads=1, widths=(math.inf,)))
+    model = HolmesModel(ModelConfig(visual_dim=1, text_dim=1, hidden_size=8, num_heads=1, widths=(math.inf,)))
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -50,7 +50,7 @@ def measure(run_dir: Path, model_name: str, k: int, device: str) -> list[dict]:
     model = build_model(cfg, state["visual_dim"], state["text_dim"], state["n_clips"], state["n_frames"]).to(device)
     model.load_state_dict(state["model"])
     data = run_dir / "data"
-    splits = {s: load_split(data, "embedded", "synthetic", s, max_query_len=cfg.optim.max_query_len)
+    splits = {s: load_split(data, "embedded", "synthetic", s, max_query_len=cfg.model.max_query_len)
               for s in ("train", "val", "test")}
     planted = read_planted_types(data, "embedded")
     identifier = HolmesObjective(cfg, cfg.model.hidden_size).identifier()

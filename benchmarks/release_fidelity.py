@@ -73,7 +73,7 @@ def _record_steps(trainer) -> list[dict]:
     """Record every training step's loss terms (unweighted, as the release's runner logs them), the global
     gradient norm before clipping and the learning rate of the update, through a hook on the objective's
     criterion (which the objective asks for its details), the trainer's clipping and an optimiser hook."""
-    import reference_models.holmes.trainer as trainer_module
+    import reference_models.engine.trainer as trainer_module
 
     steps: list[dict] = []
     criterion = trainer.objective.criterion
@@ -121,7 +121,7 @@ def train_curve(args: argparse.Namespace) -> dict:
         schedule={"warmup_stage_epochs": args.warmup_stage, "hard_negative_epoch": args.hard_negative_epoch},
     )
     splits = {
-        name: load_split(args.root, COLLECTION, FEATURE, name, max_query_len=cfg.optim.max_query_len)
+        name: load_split(args.root, COLLECTION, FEATURE, name, max_query_len=cfg.model.max_query_len)
         for name in ("train", "val", "test")
     }
     out = Path(args.output_dir)

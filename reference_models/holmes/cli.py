@@ -29,10 +29,7 @@ reported as one line on standard error naming it, without a traceback. A traceba
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import re
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +37,7 @@ from typing import Any
 
 import torch
 
-from reference_models.holmes.checkpoint import atomic_write
+from reference_models import engine
 from reference_models.holmes.config import ABLATIONS, PRESETS, HolmesConfig, preset
 from reference_models.holmes.data import (
     DataValidationError,
@@ -52,72 +49,18 @@ from reference_models.holmes.data import (
     video_overlap_warnings,
 )
 from reference_models.holmes.data.layout import CollectionPaths
-from reference_models.holmes.errors import UserError
 
 __all__ = ["main", "build_parser", "run_comparison"]
 
-#: Exit status of a problem the user can fix (one line on standard error, no traceback).
-EXIT_USER_ERROR = 2
-EXIT_INVALID_DATA = EXIT_USER_ERROR
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line on standard error (exit status 2)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
-
-
-# --- argument types: each names what it expects and what it got ---------------------------------------
-def _int_at_least(minimum: int, why: str = "") -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}{why}, got {value}")
-        return value
-
-    return parse
-
-
-def _learning_rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def _device(text: str) -> str:
-    """A device this machine has: ``cpu``, ``cuda``/``cuda:N`` with CUDA present, ``mps`` where available."""
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"not a torch device: {text!r} (e.g. cpu, cuda, cuda:1)") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(
-                f"{text!r}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu"
-            )
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(
-                f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
-            )
-    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine; use --device cpu")
-    return text
-
+#: Exit status of a problem the user can fix (one line on standard error, no traceback); also that of invalid data.
+EXIT_USER_ERROR = EXIT_INVALID_DATA = engine.EXIT_USER_ERROR
 
 _BATCH_WHY = " (a video's only negatives are the other videos of its batch)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of all four subcommands (usage errors are one line, exit status 2)."""
-    parser = _OneLineParser(
+    parser = engine.OneLineParser(
         prog="python -m reference_models.holmes",
         description="The Holmes reference model: train, evaluate, validate data, run the demo, diagnose a checkpoint.",
     )
@@ -128,35 +71,24 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--collection", default="tvr", help="collection name (default: tvr)")
         p.add_argument("--visual-feature", default="i3d_resnet", help="FeatureData sub-folder (default: i3d_resnet)")
 
-    def run_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu",
-                       help="torch device (default: cuda when available, else cpu)")
-        p.add_argument("--seed", type=_int_at_least(0), default=0, help="seed of every generator and the batch order")
-        p.add_argument("--num-workers", type=_int_at_least(0), default=0, help="data-loader worker processes")
-        p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
-
     train = sub.add_parser("train", help="train a model and write results.json with the test metrics")
     data_args(train)
-    run_args(train)
+    engine.add_device_arguments(train)
     train.add_argument("--config", choices=sorted(PRESETS), default="embedded",
                        help="hyperparameter preset (default: embedded, suited to small data sets)")
     train.add_argument("--config-file", type=Path, help="JSON config (overrides --config)")
     train.add_argument("--ablation", choices=sorted(ABLATIONS), default="full", help="Table 3 row / baseline / dab")
-    train.add_argument("--epochs", type=_int_at_least(1), help="override the preset's number of epochs")
-    train.add_argument("--videos-per-batch", type=_int_at_least(2, _BATCH_WHY),
+    train.add_argument("--epochs", type=engine.int_at_least(1), help="override the preset's number of epochs")
+    train.add_argument("--videos-per-batch", type=engine.int_at_least(2, _BATCH_WHY),
                        help="override the preset's videos per batch (>= 2)")
-    train.add_argument("--lr", type=_learning_rate, help="override the preset's learning rate")
-    train.add_argument("--output-dir", type=Path, default=Path("runs/holmes"), help="checkpoints, log, results.json")
-    again = train.add_mutually_exclusive_group()
-    again.add_argument("--resume", action="store_true", help="continue the run in <output-dir> from its last.pt")
-    again.add_argument("--overwrite", action="store_true",
-                       help="replace the run in <output-dir> (its checkpoints, log and results) with a new one")
+    train.add_argument("--lr", type=engine.positive_number, help="override the preset's learning rate")
+    engine.add_output_arguments(train, Path("runs/holmes"))
     train.add_argument("--amp", action="store_true", help="mixed precision (torch.autocast)")
 
     evaluate = sub.add_parser("evaluate", help="score a checkpoint on a split")
     evaluate.add_argument("--checkpoint", type=Path, required=True, help="best.pt or last.pt of a run")
     data_args(evaluate)
-    run_args(evaluate)
+    engine.add_device_arguments(evaluate)
     evaluate.add_argument("--split", choices=("train", "val", "test"), default="test")
     evaluate.add_argument("--output", type=Path, help="write the metrics to this JSON file")
 
@@ -164,14 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     data_args(validate)
 
     demo = sub.add_parser("demo", help="embedded benchmark: Holmes vs the MIL baseline")
-    run_args(demo)
+    engine.add_device_arguments(demo)
     demo.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="data, runs and results.json")
-    demo.add_argument("--epochs", type=_int_at_least(1), help="override the embedded preset's number of epochs")
+    demo.add_argument("--epochs", type=engine.int_at_least(1), help="override the embedded preset's number of epochs")
     demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant")
 
     from reference_models.holmes.diagnose import add_diagnose_parser
 
-    add_diagnose_parser(sub, data_args, _device)
+    add_diagnose_parser(sub, data_args, engine.device_arg)
     return parser
 
 
@@ -180,33 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it already
-        return exc.code if isinstance(exc.code, int) else EXIT_USER_ERROR
+        return exc.code if isinstance(exc.code, int) else engine.EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
                "diagnose": _diagnose}[args.command]
-    try:
-        return handler(args)
-    except UserError as exc:
-        _print_line("error", _user_message(exc))
-    except OSError as exc:  # reading or writing a named file failed (permissions, disk full, ...)
-        if exc.filename is None:
-            raise
-        _print_line("error", f"{exc.filename}: {exc.strerror or exc}")
-    return EXIT_USER_ERROR
-
-
-def _user_message(exc: UserError) -> str:
-    """The one-line message of a user error, phrased for the command line."""
-    from reference_models.holmes.trainer import TrainingDivergedError
-
-    if isinstance(exc, TrainingDivergedError):
-        return f"loss became non-finite at epoch {exc.epoch} step {exc.step}; lower --lr (it is {exc.lr:g})"
-    return str(exc)
-
-
-def _print_line(kind: str, message: str) -> None:
-    """``<kind>: <message>`` as exactly one line on standard error."""
-    text = re.sub(r"\s*[\r\n]+\s*", " ", str(message).strip())
-    print(f"{kind}: {text}", file=sys.stderr, flush=True)
+    return engine.run_main(handler, args)
 
 
 # --- validate -------------------------------------------------------------------------------------
@@ -214,46 +123,33 @@ def _validate(args: argparse.Namespace) -> int:
     try:
         warnings = validate_data_root(args.data_root, args.collection, args.visual_feature)
     except DataValidationError as exc:
-        _print_line("invalid data root", str(exc))
+        engine.print_line("invalid data root", str(exc))
         return EXIT_INVALID_DATA
     except (OSError, ValueError) as exc:  # anything else the data raises: still one line, no traceback
-        _print_line("invalid data root", f"{type(exc).__name__}: {exc}")
+        engine.print_line("invalid data root", f"{type(exc).__name__}: {exc}")
         return EXIT_INVALID_DATA
     for warning in warnings:
-        _print_line("warning", warning)
+        engine.print_line("warning", warning)
     print(f"ok: {Path(args.data_root) / args.collection} ({args.visual_feature})")
     return 0
 
 
 # --- train ----------------------------------------------------------------------------------------
 def _read_config_file(path: Path) -> HolmesConfig:
-    """The config in the JSON file ``path``, or a :class:`UserError` naming ``--config-file`` and the problem."""
+    """The config in the JSON file ``path``, or a :class:`~reference_models.engine.UserError` naming ``--config-file`` and the problem."""
     flag = f"--config-file {path}"
-    if not path.exists():
-        raise UserError(f"{flag}: no such file")
-    if path.is_dir():
-        raise UserError(f"{flag}: is a folder, expected a JSON file")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{flag}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {exc.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{flag}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    data = engine.read_json_file(path, "--config-file")
     try:
         return HolmesConfig.from_dict(data)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"{flag}: {exc}") from None
+        raise engine.UserError(f"{flag}: {exc}") from None
 
 
 def _config_from_args(args: argparse.Namespace) -> HolmesConfig:
     source = f"--config-file {args.config_file}" if args.config_file else f"--config {args.config}"
     cfg = _read_config_file(args.config_file) if args.config_file else preset(args.config)
     optim: dict[str, Any] = {}
-    if args.epochs is not None:
-        optim["epochs"] = args.epochs
+    schedule: dict[str, Any] = {} if args.epochs is None else {"epochs": args.epochs}
     if args.videos_per_batch is not None:
         optim["videos_per_batch"] = args.videos_per_batch
     if args.lr is not None:
@@ -261,11 +157,11 @@ def _config_from_args(args: argparse.Namespace) -> HolmesConfig:
     try:
         if args.ablation != "full":
             cfg = cfg.with_ablation(args.ablation)
-        cfg = cfg.replace(optim=optim) if optim else cfg
+        cfg = cfg.replace(optim=optim, schedule=schedule) if optim or schedule else cfg
     except (TypeError, ValueError) as exc:
-        raise UserError(f"{source} with the given overrides: {exc}") from None
+        raise engine.UserError(f"{source} with the given overrides: {exc}") from None
     if cfg.optim.videos_per_batch < 2:
-        raise UserError(f"{source}: optim.videos_per_batch must be >= 2{_BATCH_WHY}, "
+        raise engine.UserError(f"{source}: optim.videos_per_batch must be >= 2{_BATCH_WHY}, "
                         f"got {cfg.optim.videos_per_batch}")
     return cfg
 
@@ -283,12 +179,12 @@ def _load_splits(root, collection, feature, cfg: HolmesConfig,
     for name in names:
         if name == "test" and not test_file.exists():
             if "val" not in splits:
-                splits["val"] = load_split(root, collection, feature, "val", max_query_len=cfg.optim.max_query_len)
+                splits["val"] = load_split(root, collection, feature, "val", max_query_len=cfg.model.max_query_len)
             splits[name] = splits["val"]
             note = f"no test caption file {test_file}: the val split is reported in place of test"
-            _print_line("warning", note)
+            engine.print_line("warning", note)
             continue
-        splits[name] = load_split(root, collection, feature, name, max_query_len=cfg.optim.max_query_len)
+        splits[name] = load_split(root, collection, feature, name, max_query_len=cfg.model.max_query_len)
     return splits, note
 
 
@@ -297,26 +193,7 @@ def _warn_shared_videos(splits: dict[str, PRVRSplit], root, collection, feature)
     distinct = {name: split.video_ids for name, split in splits.items()
                 if not (name == "test" and split is splits.get("val"))}  # val standing in for test: once
     for warning in video_overlap_warnings(distinct, CollectionPaths(Path(root), collection, feature)):
-        _print_line("warning", warning)
-
-
-def _claim_output_folder(out: Path, *, resume: bool, overwrite: bool) -> None:
-    """Refuse a folder that holds a run unless ``--resume`` or ``--overwrite`` says what to do with it."""
-    from reference_models.holmes.run_folder import OutputFolderError, existing_run_files
-
-    found = existing_run_files(out)
-    if not found or overwrite:
-        return
-    if not resume:
-        raise OutputFolderError(
-            f"--output-dir {out} already holds a run ({', '.join(found)}); add --resume to continue it or "
-            f"--overwrite to replace it"
-        )
-    if "last.pt" not in found and ({"best.pt", "results.json"} & set(found)):
-        raise OutputFolderError(
-            f"--output-dir {out} holds a run ({', '.join(found)}) but no last.pt to resume from; add --overwrite "
-            f"(instead of --resume) to replace it"
-        )
+        engine.print_line("warning", warning)
 
 
 def _planted(root, collection) -> dict[str, str] | None:
@@ -327,31 +204,27 @@ def _planted(root, collection) -> dict[str, str] | None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from reference_models.holmes.run_folder import RunLock, prepare_output_folder
-
     cfg = _config_from_args(args)
     data = (args.data_root, args.collection, args.visual_feature)
     splits, test_note = _load_splits(*data, cfg, ("train", "val", "test"))
     _warn_shared_videos(splits, *data)
-    out = prepare_output_folder(args.output_dir)
-    with RunLock(out) as lock:
+    out = engine.prepare_output_folder(args.output_dir)
+    with engine.RunLock(out) as lock:
         if lock.takeover:
-            _print_line("note", lock.takeover)
+            engine.print_line("note", lock.takeover)
         return _train_locked(args, cfg, splits, test_note, out)
 
 
 def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str, PRVRSplit], test_note: str | None,
                   out: Path) -> int:
     """The part of ``train`` that runs while this process holds the output folder's lock."""
-    from reference_models.holmes.checkpoint import CheckpointError, remove_orphan_temporaries
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
-    from reference_models.holmes.run_folder import clear_run
     from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
     from reference_models.holmes.trainer import Trainer
 
-    _claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
-    for path in remove_orphan_temporaries(out):
-        _print_line("note", f"removed {path}, left by an interrupted checkpoint write")
+    engine.claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
+    for path in engine.remove_orphan_temporaries(out):
+        engine.print_line("note", f"removed {path}, left by an interrupted checkpoint write")
     # Fail in seconds, not at the first validation or the final test, on bad evaluation features.
     for name in dict.fromkeys(("val", "test")):
         splits[name].check_features()
@@ -360,12 +233,12 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     if args.resume:
         try:
             trainer.resume()  # refuses another config, seed or data before anything is written
-        except CheckpointError as exc:
-            raise UserError(f"cannot resume: {exc}; restore it, or start over with --overwrite") from None
+        except engine.CheckpointError as exc:
+            raise engine.UserError(f"cannot resume: {exc}; restore it, or start over with --overwrite") from None
     elif args.overwrite:
-        for path in clear_run(out):
+        for path in engine.clear_run(out):
             trainer.logger.info("--overwrite: removed %s", path)
-    _write_text(out / "config.json", cfg.to_json() + "\n")
+    engine.write_text(out / "config.json", cfg.to_json() + "\n")
     result = trainer.fit()
     model = trainer.load_best()
     planted = _planted(args.data_root, args.collection)
@@ -379,14 +252,14 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
         "test_split": splits["test"].split,
         **({"test_split_note": test_note} if test_note else {}),
         "test": test.to_dict(),
-        "best_val_sumr": result.best_sumr,
+        "best_val_sumr": result.best_metric,
         "best_epoch": result.best_epoch,
         "epochs_completed": result.epochs_completed,
         "stopped_early": result.stopped_early,
         "efficiency": {**test.efficiency, "train_seconds_per_epoch": result.train_time_per_epoch,
                        "parameters_millions": model_parameters(model) / 1e6},
     }
-    _write_json(out / "results.json", results)
+    engine.write_json(out / "results.json", results)
     print(_format_table({_row_name(cfg.name, test_note): results["test"]}))
     print(format_uncertainty_tables({_row_name(cfg.name, test_note): results["test"]}))
     if test_note:
@@ -404,23 +277,22 @@ def _row_name(name: str, note: str | None, split: str | None = None) -> str:
 
 # --- evaluate -------------------------------------------------------------------------------------
 def _evaluate(args: argparse.Namespace) -> int:
-    from reference_models.holmes.checkpoint import CheckpointError, load_checkpoint, require_keys
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.factory import build_model
     from reference_models.holmes.objective import HolmesObjective
     from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
 
-    state = load_checkpoint(args.checkpoint, map_location=args.device)
-    require_keys(state, args.checkpoint, ("config", "model", "visual_dim", "text_dim", "n_clips", "n_frames"))
+    state = engine.load_checkpoint(args.checkpoint, map_location=args.device)
+    engine.require_keys(state, args.checkpoint, ("config", "model", "visual_dim", "text_dim", "n_clips", "n_frames"))
     try:
         cfg = HolmesConfig.from_dict(state["config"])
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(args.checkpoint, f"its config is not valid here ({exc})") from None
+        raise engine.CheckpointError(args.checkpoint, f"its config is not valid here ({exc})") from None
     names = tuple(dict.fromkeys(("val", args.split)))  # val: the identification thresholds are fitted there
     splits, note = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, names)
     split = splits[args.split]
     if (split.visual_dim, split.text_dim) != (state["visual_dim"], state["text_dim"]):
-        raise UserError(f"checkpoint {args.checkpoint} expects (D_v, D_t) = ({state['visual_dim']}, "
+        raise engine.UserError(f"checkpoint {args.checkpoint} expects (D_v, D_t) = ({state['visual_dim']}, "
                         f"{state['text_dim']}), the data under --data-root have ({split.visual_dim}, {split.text_dim})")
     model = build_model(cfg, split.visual_dim, split.text_dim, state["n_clips"], state["n_frames"]).to(args.device)
     model.load_state_dict(state["model"])
@@ -437,7 +309,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     if args.output:
         extra = {"split": split.split, **({"split_note": note} if note else {})}
-        _write_json(args.output, {**result.to_dict(), **extra}, flag="--output")
+        engine.write_json(args.output, {**result.to_dict(), **extra}, flag="--output")
     return 0
 
 
@@ -457,12 +329,12 @@ def _demo(args: argparse.Namespace) -> int:
     generate_embedded_benchmark(out / "data", "embedded", seed=args.seed)
     base = preset("embedded")
     if args.epochs is not None:
-        base = base.replace(optim={"epochs": args.epochs})
+        base = base.replace(schedule={"epochs": args.epochs})
     results = run_comparison(out / "data", "embedded", "synthetic", base, out, seed=args.seed, device=args.device,
                              with_dab=args.with_dab, show_progress=not args.no_progress,
                              num_workers=args.num_workers)
     results["total_seconds"] = time.perf_counter() - start
-    _write_json(out / "results.json", results)
+    engine.write_json(out / "results.json", results)
     from reference_models.holmes.selective import format_uncertainty_tables
 
     rows = {k: v for k, v in results.items() if k in ("holmes", "baseline", "dab")}
@@ -513,7 +385,7 @@ def run_comparison(
         test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
                                   identifier=trainer.objective.identifier(), uncertainty=uncertainty).to_dict()
         test["best_epoch"] = fit.best_epoch
-        test["best_val_sumr"] = fit.best_sumr
+        test["best_val_sumr"] = fit.best_metric
         test["train_seconds"] = time.perf_counter() - t0
         test["efficiency"]["train_seconds_per_epoch"] = fit.train_time_per_epoch
         results[name] = test
@@ -523,32 +395,6 @@ def run_comparison(
 
 
 # --- output ---------------------------------------------------------------------------------------
-def _finite_or_none(value: Any) -> Any:
-    """Standard JSON: NaN/inf (e.g. precision of a type never identified) become ``null``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_or_none(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(v) for v in value]
-    return value
-
-
-def _write_text(path: Path, text: str, flag: str | None = None) -> None:
-    """Write ``text`` to ``path`` atomically; an OS error becomes a :class:`UserError` naming the file (and flag)."""
-    try:
-        atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
-    except OSError as exc:
-        where = f"{flag} {path}" if flag else str(path)
-        raise UserError(f"{where}: cannot write it ({exc.strerror or exc})") from None
-
-
-def _write_json(path: Path, data: dict[str, Any], flag: str | None = None) -> None:
-    """Strict JSON (NaN/inf as ``null``), written atomically."""
-    text = json.dumps(_finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    _write_text(Path(path), text, flag)
-
-
 def _pct(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{100 * value:.0f}"
 
@@ -557,7 +403,7 @@ def _format_table(rows: dict[str, dict[str, Any]]) -> str:
     """A plain-text table: recalls, per-type R@1 and identification precision/recall per row."""
     header = ["model", "R@1", "R@5", "R@10", "R@100", "SumR", "R@1 prec.", "R@1 poly.", "R@1 under.",
               "ident P/R prec.", "ident P/R poly.", "ident P/R under."]
-    lines = []
+    lines = [header]
     for name, res in rows.items():
         rec = res["recall"]
         cells = [name] + [f"{rec.get(k, float('nan')):.1f}" for k in ("R@1", "R@5", "R@10", "R@100", "SumR")]
@@ -568,6 +414,4 @@ def _format_table(rows: dict[str, dict[str, Any]]) -> str:
             m = ident.get(t)
             cells.append(f"{_pct(m['precision'])}/{_pct(m['recall'])}" if m else "-")
         lines.append(cells)
-    widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
-    fmt = lambda r: "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, lines)])
+    return engine.format_table(lines)

@@ -19,8 +19,19 @@ Presets (:func:`preset`):
 ``embedded``
     Tuned for the small embedded benchmark on two CPU cores (hidden size 64, few epochs, short stages).
 
-Every architectural and optimisation choice where the release and this model's other options differ is a
-named setting of :class:`ModelSettings` / :class:`OptimSettings`; the reference-model guide lists them.
+Every section that the registry has is the registry's own dataclass, under its own field names:
+``model`` (:class:`~reference_models.holmes.model.ModelSettings`, the registry's
+:class:`evidential_prvr.presets.ModelSettings` with the reference-only architecture switches beside its
+fields), ``optim`` (:class:`OptimSettings`, the registry's :class:`evidential_prvr.presets.OptimizerSettings`
+with the reference-only optimiser switches), and ``schedule``, ``weights``, ``base``, ``inter``,
+``transport`` and ``intra``, which are exactly :class:`~evidential_prvr.presets.ScheduleSettings`,
+:class:`~evidential_prvr.presets.LossWeights`, :class:`~evidential_prvr.presets.BaseLossSettings`,
+:class:`~evidential_prvr.presets.InterVideoSettings`, :class:`~evidential_prvr.presets.TransportSettings`
+and :class:`~evidential_prvr.presets.IntraVideoSettings`. ``ablation`` and ``dab`` are the reference
+model's own. Every section is frozen; change one with :meth:`HolmesConfig.replace`.
+
+Configs of earlier versions (a ``loss`` section, ``optim.epochs``, ``optim.warmup_ratio``, ...) are read
+and migrated (:data:`RENAMED`); the reference-model guide lists the settings.
 
 Ablations (:data:`ABLATIONS`, :meth:`HolmesConfig.with_ablation`) reproduce every row of the paper's
 Table 3, the L_base-only baseline (MIL) and the DAB variant.
@@ -31,23 +42,35 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from evidential_prvr.presets import canonical_dataset, holmes_settings
-from reference_models.holmes.errors import check_choice
+from evidential_prvr.presets import (
+    BaseLossSettings,
+    InterVideoSettings,
+    IntraVideoSettings,
+    LossWeights,
+    OptimizerSettings,
+    ScheduleSettings,
+    TransportSettings,
+    canonical_dataset,
+    holmes_settings,
+)
+from reference_models.engine.errors import check_choice
+from reference_models.holmes.model import ModelSettings
 
 __all__ = [
     "ModelSettings",
     "OptimSettings",
-    "LossSettings",
     "ScheduleSettings",
     "AblationSettings",
     "DABSettings",
     "HolmesConfig",
     "PRESETS",
     "ABLATIONS",
+    "RENAMED",
     "preset",
     "from_registry",
 ]
@@ -63,7 +86,6 @@ _BRANCHES = ("both", "frame", "clip")
 _FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
 _CALIBRATIONS = ("full", "none", "initial_polysemous")
 _ASSIGNMENTS = ("fot", "ot", "softmax")
-_LOSS_DATASETS = ("tvr", "activitynet", "charades")
 _KERNELS = ("release", "symmetric", "paper")
 _WIDTH_WEIGHTINGS = ("cross_attention", "linear", "mean")
 _ATTENTION_MASKS = ("additive", "exclude")
@@ -73,73 +95,14 @@ _LR_SCHEDULES = ("bert_warmup_linear", "warmup_linear")
 _GRAD_CLIP_MODES = ("per_parameter", "global")
 _NO_DECAY = ("embedding_norms", "all_norms")
 
-_ADAM_BETAS = holmes_settings("release", "tvr").optimizer.betas  # BertAdam's, the same for every data set
+_TVR = holmes_settings("release", "tvr")  # the defaults of the loss sections (the release's TVR settings)
 
 
-@dataclass
-class ModelSettings:
-    """Architecture of the GMMFormer-style model (mapped onto the model's own ``ModelConfig``).
-
-    Only the fields below are set from here; the feature dimensions come from the data at run time. The
-    defaults are the release's architecture; the release presets also take dropout, width temperature,
-    widths, position table and initialisation from the registry.
-
-    Attributes
-    ----------
-    hidden_size, num_heads, num_blocks : int
-        Latent size, attention heads, multi-width blocks per video branch.
-    dropout : float
-        Dropout of every layer.
-    frame_weight, clip_weight : float
-        α_f, α_c of Holmes Eq. 2.
-    widths : list, optional
-        Gaussian widths of the parallel blocks, ``None`` entries = global attention (kept JSON-standard);
-        ``widths=None`` = the release's eight widths.
-    ffn_multiplier, query_ffn_multiplier : int
-        Feed-forward size (× hidden size) of the video blocks and of the query encoder's block (0 = none).
-    kernel : {"release", "symmetric", "paper"}
-        Gaussian kernel form.
-    width_weighting : {"cross_attention", "linear", "mean"}
-        How the width outputs are mixed per position.
-    width_temperature : float
-        Softmax temperature over widths (the release's ``sft_factor``).
-    attention_output_projection : bool
-        A linear layer after every attention.
-    attention_mask : {"additive", "exclude"}
-        Padded keys get -1e4 added (release) or are excluded exactly.
-    padded_frames : {"zero", "mask"}
-        Padded frames score cosine 0 (release) or are left out of the max.
-    second_query_encoding : bool
-        A second, independently dropped-out query encoding feeds L_div and L_intra (release).
-    position_table : int, optional
-        Rows of the video branches' position tables (``None``: one per position).
-    initializer_range : float
-        Standard deviation of the normal initialisation.
-    """
-
-    hidden_size: int = 384
-    num_heads: int = 4
-    num_blocks: int = 1
-    dropout: float = 0.1
-    frame_weight: float = 0.4
-    clip_weight: float = 0.6
-    widths: list[float | None] | None = None
-    ffn_multiplier: int = 4
-    query_ffn_multiplier: int = 4
-    kernel: str = "release"
-    width_weighting: str = "cross_attention"
-    width_temperature: float = 1.0
-    attention_output_projection: bool = False
-    attention_mask: str = "additive"
-    padded_frames: str = "zero"
-    second_query_encoding: bool = True
-    position_table: int | None = None
-    initializer_range: float = 0.02
-
-
-@dataclass
-class OptimSettings:
-    """Optimiser, learning-rate schedule, clipping, batch size and run length.
+@dataclass(frozen=True)
+class OptimSettings(OptimizerSettings):
+    """The registry's :class:`evidential_prvr.presets.OptimizerSettings` (``lr``, ``warmup_proportion``,
+    ``weight_decay``, ``max_grad_norm``, ``eps``, ``betas``, ``videos_per_batch``) and the reference-only
+    optimiser and evaluation switches beside them.
 
     Attributes
     ----------
@@ -147,72 +110,50 @@ class OptimSettings:
         :class:`~reference_models.holmes.bert_adam.BertStyleAdam` (release: no bias correction) or
         ``torch.optim.AdamW``.
     lr_schedule : {"bert_warmup_linear", "warmup_linear"}
-        Warm-up over ``warmup_ratio`` of all steps then linear decay to 0, evaluated at the step count before
-        the update (release: the first update has learning rate 0) or one step ahead (see
+        Warm-up over ``warmup_proportion`` of all steps then linear decay to 0, evaluated at the step count
+        before the update (release: the first update has learning rate 0) or one step ahead (see
         :mod:`reference_models.holmes.optimization`).
     grad_clip_mode : {"per_parameter", "global"}
-        Clip each parameter tensor's gradient to norm ``grad_clip`` (release) or the global norm.
+        Clip each parameter tensor's gradient to norm ``max_grad_norm`` (release) or the global norm.
     no_decay : {"embedding_norms", "all_norms"}
         Parameters without weight decay: biases and the LayerNorms of the input projections and positional
         embeddings (release), or biases and every normalisation layer.
-    eps, beta1, beta2 : float
-        Adam's ε and moment decay rates.
+    eval_video_batch, eval_query_batch, score_chunk : int
+        Batch sizes of the evaluation's video and query encoding and its blockwise scoring.
+
+    ``warmup_ratio=``, ``grad_clip=``, ``beta1=`` and ``beta2=`` (the names up to release 1.0.0) are still
+    accepted, with a ``DeprecationWarning``, for ``warmup_proportion=``, ``max_grad_norm=`` and ``betas=``.
     """
 
     lr: float = 3e-4
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.01
-    grad_clip: float = 1.0
     optimizer: str = "bert_adam"
     lr_schedule: str = "bert_warmup_linear"
     grad_clip_mode: str = "per_parameter"
     no_decay: str = "embedding_norms"
-    eps: float = 1e-6
-    beta1: float = _ADAM_BETAS[0]
-    beta2: float = _ADAM_BETAS[1]
-    videos_per_batch: int = 128
-    epochs: int = 100
-    early_stop_patience: int = 21
-    max_query_len: int = 30
     eval_video_batch: int = 256
     eval_query_batch: int = 512
     score_chunk: int = 1024
+    warmup_ratio: InitVar[float | None] = field(default=None, kw_only=True)
+    grad_clip: InitVar[float | None] = field(default=None, kw_only=True)
+    beta1: InitVar[float | None] = field(default=None, kw_only=True)
+    beta2: InitVar[float | None] = field(default=None, kw_only=True)
+
+    def __post_init__(self, warmup_ratio: float | None, grad_clip: float | None, beta1: float | None,
+                      beta2: float | None) -> None:
+        old = {"warmup_ratio": warmup_ratio, "grad_clip": grad_clip, "beta1": beta1, "beta2": beta2}
+        for name, value in old.items():
+            if value is None:
+                continue
+            new = RENAMED[("optim", name)][1]
+            warnings.warn(f"OptimSettings({name}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
+            if ("optim", name) in _SPLIT_BETAS:
+                betas = list(self.betas)
+                betas[_SPLIT_BETAS[("optim", name)]] = value
+                value = tuple(betas)
+            object.__setattr__(self, new, value)
 
 
-@dataclass
-class LossSettings:
-    """Weights and hyperparameters of L_base, L_inter and L_intra.
-
-    ``evidential_preset`` picks the library preset for L_inter and L_intra: ``"release"`` (with
-    ``loss_dataset``) or ``"paper"``. ``inter_tau`` / ``intra_tau``, when set, override the preset's
-    evidence temperature (the embedded benchmark's similarity range differs from the real data sets').
-    """
-
-    nce_clip: float = 0.05
-    nce_frame: float = 0.04
-    div: float = 8e-5
-    intra: float = 0.8
-    inter: float = 0.2
-    margin: float = 0.1
-    div_delta: float = 0.15
-    div_alpha: float = 32.0
-    div_lambda: float = 1.0
-    hard_negative_topk: int = 20
-    evidential_preset: Literal["release", "paper"] = "release"
-    loss_dataset: str = "tvr"
-    inter_tau: float | None = None
-    intra_tau: float | None = None
-
-
-@dataclass
-class ScheduleSettings:
-    """The two-stage schedule: ``warmup_stage_epochs`` epochs of L_inter without calibration and no L_intra."""
-
-    warmup_stage_epochs: int = 20
-    hard_negative_epoch: int = 20
-
-
-@dataclass
+@dataclass(frozen=True)
 class AblationSettings:
     """Switches for every Table 3 row, the MIL baseline and the DAB variant.
 
@@ -234,7 +175,7 @@ class AblationSettings:
     assignment: Assignment = "fot"
 
 
-@dataclass
+@dataclass(frozen=True)
 class DABSettings:
     """DAB variant: Gaussian embedding dimension, bridge steps, PAC temperature and weight.
 
@@ -249,33 +190,49 @@ class DABSettings:
     weight: float = 0.05
 
 
-@dataclass
+@dataclass(frozen=True)
 class HolmesConfig:
-    """Everything a run needs besides data location, device and seed. JSON round-trips exactly."""
+    """Everything a run needs besides data location, device and seed. JSON round-trips exactly.
+
+    The sections ``model``, ``optim``, ``schedule``, ``weights``, ``base``, ``inter``, ``transport`` and
+    ``intra`` are the registry's dataclasses (see the module documentation); ``ablation`` and ``dab`` are the
+    reference model's own switches.
+    """
 
     name: str = "tvr"
     model: ModelSettings = field(default_factory=ModelSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)
-    loss: LossSettings = field(default_factory=LossSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
+    weights: LossWeights = _TVR.weights
+    base: BaseLossSettings = _TVR.base
+    inter: InterVideoSettings = _TVR.inter
+    transport: TransportSettings = _TVR.transport
+    intra: IntraVideoSettings = _TVR.intra
     ablation: AblationSettings = field(default_factory=AblationSettings)
     dab: DABSettings = field(default_factory=DABSettings)
 
     def __post_init__(self) -> None:
+        for name, section_type in _SECTION_TYPES.items():
+            value = getattr(self, name)
+            if type(value) is not section_type:
+                kind = section_type.__name__
+                raise TypeError(f"config section {name!r} must be {'an' if kind[0] in 'AEIOU' else 'a'} {kind}, "
+                                f"got {type(value).__name__}")
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the field for any out-of-range or unknown setting."""
+        """Raise ``ValueError`` naming the field for any out-of-range or unknown setting.
+
+        The loss sections check themselves (the library's dataclasses); this checks the others.
+        """
         a = self.ablation
         check_choice(a.method, "ablation.method", _METHODS)
         check_choice(a.inter_branches, "ablation.inter_branches", _BRANCHES)
         check_choice(a.fusion, "ablation.fusion", _FUSIONS)
         check_choice(a.calibration, "ablation.calibration", _CALIBRATIONS)
         check_choice(a.assignment, "ablation.assignment", _ASSIGNMENTS)
-        check_choice(self.loss.evidential_preset, "loss.evidential_preset", ("release", "paper"))
-        check_choice(self.loss.loss_dataset, "loss.loss_dataset", _LOSS_DATASETS)
-        m, o = self.model, self.optim
-        for name in ("hidden_size", "num_heads", "num_blocks"):
+        m, o, sch = self.model, self.optim, self.schedule
+        for name in ("hidden_size", "num_heads", "num_blocks", "max_query_len", "n_clips", "n_frames"):
             _positive_int(getattr(m, name), f"model.{name}")
         for name, choices in (("kernel", _KERNELS), ("width_weighting", _WIDTH_WEIGHTINGS),
                               ("attention_mask", _ATTENTION_MASKS), ("padded_frames", _PADDED_FRAMES)):
@@ -297,38 +254,34 @@ class HolmesConfig:
                 raise ValueError(f"model.{name} must be > 0, got {getattr(m, name)}")
         if not 0 <= m.dropout < 1:
             raise ValueError(f"model.dropout must lie in [0, 1), got {m.dropout}")
+        if not isinstance(m.widths, tuple) or not m.widths or any(not w > 0 for w in m.widths):
+            raise ValueError(f"model.widths must be a non-empty list of widths > 0 (null: global attention), "
+                             f"got {m.widths!r}")
         if not o.eps > 0:
             raise ValueError(f"optim.eps must be > 0, got {o.eps}")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(o, name) < 1:
-                raise ValueError(f"optim.{name} must lie in [0, 1), got {getattr(o, name)}")
+        if not isinstance(o.betas, tuple) or len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), got {o.betas!r}")
         if o.weight_decay < 0:
             raise ValueError(f"optim.weight_decay must be >= 0, got {o.weight_decay}")
-        if self.model.hidden_size % self.model.num_heads:
+        if m.hidden_size % m.num_heads:
             raise ValueError(
-                f"model.hidden_size must be divisible by model.num_heads, got {self.model.hidden_size} and "
-                f"{self.model.num_heads}"
+                f"model.hidden_size must be divisible by model.num_heads, got {m.hidden_size} and {m.num_heads}"
             )
-        for name in ("videos_per_batch", "epochs", "early_stop_patience", "max_query_len", "eval_video_batch",
-                     "eval_query_batch", "score_chunk"):
-            _positive_int(getattr(self.optim, name), f"optim.{name}")
-        if not self.optim.lr > 0:
-            raise ValueError(f"optim.lr must be > 0, got {self.optim.lr}")
-        if not 0 <= self.optim.warmup_ratio < 1:
-            raise ValueError(f"optim.warmup_ratio must lie in [0, 1), got {self.optim.warmup_ratio}")
-        if not self.optim.grad_clip > 0:
-            raise ValueError(f"optim.grad_clip must be > 0, got {self.optim.grad_clip}")
-        _positive_int(self.loss.hard_negative_topk, "loss.hard_negative_topk")
-        for f in dataclasses.fields(LossSettings):
-            value = getattr(self.loss, f.name)
-            if isinstance(value, float) and f.name not in ("inter_tau", "intra_tau") and value < 0:
-                raise ValueError(f"loss.{f.name} must be >= 0, got {value}")
-        for name in ("inter_tau", "intra_tau"):
-            value = getattr(self.loss, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"loss.{name} must be None or > 0, got {value}")
-        if self.schedule.warmup_stage_epochs < 0 or self.schedule.hard_negative_epoch < 0:
-            raise ValueError(f"schedule epochs must be >= 0, got {self.schedule}")
+        for name in ("videos_per_batch", "eval_video_batch", "eval_query_batch", "score_chunk"):
+            _positive_int(getattr(o, name), f"optim.{name}")
+        if not o.lr > 0:
+            raise ValueError(f"optim.lr must be > 0, got {o.lr}")
+        if not 0 <= o.warmup_proportion < 1:
+            raise ValueError(f"optim.warmup_proportion must lie in [0, 1), got {o.warmup_proportion}")
+        if not o.max_grad_norm > 0:
+            raise ValueError(f"optim.max_grad_norm must be > 0, got {o.max_grad_norm}")
+        for name in ("epochs", "early_stop_patience"):
+            _positive_int(getattr(sch, name), f"schedule.{name}")
+        if sch.warmup_stage_epochs < 0 or sch.hard_negative_epoch < 0:
+            raise ValueError(f"schedule epochs must be >= 0, got {sch}")
+        for f in dataclasses.fields(LossWeights):
+            if not getattr(self.weights, f.name) >= 0:
+                raise ValueError(f"weights.{f.name} must be >= 0, got {getattr(self.weights, f.name)}")
         _positive_int(self.dab.embed_dim, "dab.embed_dim")
         _positive_int(self.dab.n_steps, "dab.n_steps")
         if not self.dab.tau > 0:
@@ -336,31 +289,47 @@ class HolmesConfig:
 
     # --- (de)serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Nested plain-Python dictionary (JSON-ready)."""
-        return dataclasses.asdict(self)
+        """Nested plain-Python dictionary (JSON-ready: lists for tuples, ``None`` for a global width)."""
+        data = _plain(dataclasses.asdict(self))
+        data["model"]["widths"] = [None if math.isinf(w) else w for w in self.model.widths]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HolmesConfig:
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` (a typo must not pass silently)."""
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` (a typo must not pass silently).
+
+        A section may leave fields out (they keep the defaults of :class:`HolmesConfig`); a config of an
+        earlier version is migrated (:data:`RENAMED`).
+        """
         if not isinstance(data, dict):
             raise TypeError(f"config must be a dict, got {type(data).__name__}")
-        sections = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(data) - set(sections)
+        for key, value in data.items():
+            if key in _SECTION_TYPES or key in _OLD_SECTIONS:
+                if not isinstance(value, dict):
+                    raise TypeError(f"config section {key!r} must be a dict, got {type(value).__name__}")
+        data = _upgrade(data)
+        sections = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - sections
         if unknown:
             raise ValueError(f"unknown config keys {sorted(unknown)}; expected a subset of {sorted(sections)}")
+        defaults = _DEFAULT_SECTIONS()
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             section_type = _SECTION_TYPES.get(key)
             if section_type is None:
                 kwargs[key] = value
                 continue
-            if not isinstance(value, dict):
-                raise TypeError(f"config section {key!r} must be a dict, got {type(value).__name__}")
-            known = {f.name for f in dataclasses.fields(section_type)}
-            bad = set(value) - known
+            known = [f.name for f in dataclasses.fields(section_type)]
+            bad = set(value) - set(known)
             if bad:
                 raise ValueError(f"unknown keys {sorted(bad)} in config section {key!r}; expected {sorted(known)}")
-            kwargs[key] = section_type(**value)
+            values = {**{name: getattr(defaults[key], name) for name in known}, **_from_plain(key, value)}
+            try:
+                kwargs[key] = section_type(**values)
+            except (TypeError, ValueError) as exc:
+                message = str(exc)
+                prefix = f"{key}." if message.split(" ", 1)[0] in known else f"config section {key!r}: "
+                raise type(exc)(prefix + message) from None
         return cls(**kwargs)
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -379,15 +348,30 @@ class HolmesConfig:
 
     # --- variants ---------------------------------------------------------------------------------
     def replace(self, **sections: Any) -> HolmesConfig:
-        """Copy with some sections' fields changed, e.g. ``cfg.replace(optim={"epochs": 3})``."""
+        """Copy with some sections' fields changed, e.g. ``cfg.replace(schedule={"epochs": 3})``.
+
+        A field's name of an earlier version (:data:`RENAMED`, e.g. ``optim={"epochs": 3}``) is taken as
+        today's.
+        """
         data = self.to_dict()
         for key, value in sections.items():
-            if key not in data:
+            if key not in data and key not in _OLD_SECTIONS:
                 raise ValueError(f"unknown config section {key!r}; expected one of {sorted(data)}")
-            if isinstance(value, dict):
-                data[key].update(value)
-            else:
+            if not isinstance(value, dict):
                 data[key] = value
+                continue
+            for name, item in value.items():
+                if (key, name) in _NOT_REPLACEABLE:
+                    raise ValueError(f"{key}.{name} named a registry entry that this config now holds; build "
+                                     f"the config with from_registry(dataset, source) instead")
+                section, new = RENAMED.get((key, name), (key, name))
+                if section not in data:
+                    raise ValueError(f"unknown config section {key!r}; expected one of {sorted(data)}")
+                if (key, name) in _SPLIT_BETAS:
+                    betas = list(data["optim"]["betas"])
+                    betas[_SPLIT_BETAS[(key, name)]] = item
+                    item = betas
+                data[section][new] = item
         return HolmesConfig.from_dict(data)
 
     def with_ablation(self, name: str) -> HolmesConfig:
@@ -398,14 +382,107 @@ class HolmesConfig:
         return self.replace(ablation={**dataclasses.asdict(AblationSettings()), **changes}, name=self.name + suffix)
 
 
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists, recursively (JSON's arrays)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _from_plain(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A section's JSON values in the dataclass's types: tuples for lists, ``inf`` for a global width."""
+    out = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    if section == "model" and "widths" in out:
+        widths = out["widths"]
+        out["widths"] = (holmes_settings("release", "tvr").model.widths if widths is None else
+                         tuple(math.inf if w is None else w for w in widths) if isinstance(widths, tuple) else widths)
+    return out
+
+
+#: ``(old section, old field)`` -> ``(section, field)``: the names of earlier versions, migrated on load.
+RENAMED: dict[tuple[str, str], tuple[str, str]] = {
+    ("optim", "max_query_len"): ("model", "max_query_len"),
+    ("optim", "warmup_ratio"): ("optim", "warmup_proportion"),
+    ("optim", "grad_clip"): ("optim", "max_grad_norm"),
+    ("optim", "beta1"): ("optim", "betas"),
+    ("optim", "beta2"): ("optim", "betas"),
+    ("optim", "epochs"): ("schedule", "epochs"),
+    ("optim", "early_stop_patience"): ("schedule", "early_stop_patience"),
+    **{("loss", name): ("weights", name) for name in ("nce_clip", "nce_frame", "div", "intra", "inter")},
+    **{("loss", name): ("base", name) for name in ("margin", "div_delta", "div_alpha", "div_lambda",
+                                                   "hard_negative_topk", "video_negative", "nce_video_to_text")},
+    ("loss", "inter_tau"): ("inter", "tau"),
+    ("loss", "intra_tau"): ("intra", "tau"),
+}
+_SPLIT_BETAS = {("optim", "beta1"): 0, ("optim", "beta2"): 1}
+_NOT_REPLACEABLE = {("loss", "evidential_preset"), ("loss", "loss_dataset")}
+_OLD_SECTIONS = ("loss",)
+
+
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict of an earlier version in today's form (:data:`RENAMED`).
+
+    The ``loss`` section (up to release 1.0.0) named the registry entry of L_inter and L_intra
+    (``evidential_preset``, ``loss_dataset``, ``inter_tau``/``intra_tau`` overriding its τ); its ``inter``,
+    ``transport`` and ``intra`` sections are read from the registry here, once.
+    """
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    loss = data.pop("loss", None)
+    if loss is not None:
+        known = {name for (section, name) in RENAMED if section == "loss"} | {n for _, n in _NOT_REPLACEABLE}
+        bad = set(loss) - known
+        if bad:
+            raise ValueError(f"unknown keys {sorted(bad)} in config section 'loss'; expected {sorted(known)}")
+        entry = holmes_settings(loss.pop("evidential_preset", "release"), loss.pop("loss_dataset", "tvr"))
+        taus = {"inter": loss.pop("inter_tau", None), "transport": None, "intra": loss.pop("intra_tau", None)}
+        for name, tau in taus.items():
+            if name in data:
+                raise ValueError(f"config sections 'loss' (of release 1.0.0 and earlier) and {name!r} are both "
+                                 f"given; give {name!r} only")
+            data[name] = _fields(getattr(entry, name))
+            if tau is not None:  # None: the entry's own τ
+                data[name]["tau"] = tau
+        data["loss"] = loss
+    for (old_section, old_name), (section, name) in RENAMED.items():
+        old = data.get(old_section)
+        if not isinstance(old, dict) or old_name not in old:
+            continue
+        value = old.pop(old_name)
+        target = data.setdefault(section, {})
+        if (old_section, old_name) in _SPLIT_BETAS:
+            index = _SPLIT_BETAS[(old_section, old_name)]
+            betas = list(target.get("betas") or _DEFAULT_SECTIONS()["optim"].betas)
+            betas[index] = value
+            target["betas"] = betas
+            continue
+        if name in target and target[name] != value:
+            raise ValueError(f"{old_section}.{old_name} ({value}) and {section}.{name} ({target[name]}) disagree; "
+                             f"give {section}.{name} only")
+        target[name] = value
+    data.pop("loss", None)
+    return data
+
+
 _SECTION_TYPES: dict[str, type] = {
     "model": ModelSettings,
     "optim": OptimSettings,
-    "loss": LossSettings,
     "schedule": ScheduleSettings,
+    "weights": LossWeights,
+    "base": BaseLossSettings,
+    "inter": InterVideoSettings,
+    "transport": TransportSettings,
+    "intra": IntraVideoSettings,
     "ablation": AblationSettings,
     "dab": DABSettings,
 }
+
+
+def _DEFAULT_SECTIONS() -> dict[str, Any]:  # noqa: N802 - a table, computed when first needed
+    """The sections of ``HolmesConfig()``: the values of the fields a config dict leaves out."""
+    return {f.name: getattr(_DEFAULT, f.name) for f in dataclasses.fields(HolmesConfig) if f.name in _SECTION_TYPES}
+
 
 #: Table 3 rows (paper IDs in the comments), the MIL baseline and the DAB variant, as ablation overrides.
 ABLATIONS: dict[str, dict[str, Any]] = {
@@ -445,64 +522,37 @@ def from_registry(dataset: str, source: Literal["release", "paper"] = "release")
     check_choice(source, "source", ("release", "paper"))
     settings = holmes_settings(source, dataset)
     name = canonical_dataset(dataset)
-    m, o, sch = settings.model, settings.optimizer, settings.schedule
-    base, w = settings.base, settings.weights
     return HolmesConfig(
         name=name if source == "release" else f"{name}-paper",
-        model=ModelSettings(
-            hidden_size=m.hidden_size,
-            num_heads=m.num_heads,
-            dropout=m.dropout,
-            frame_weight=m.frame_weight,
-            clip_weight=m.clip_weight,
-            widths=[None if math.isinf(x) else float(x) for x in m.widths],
-            ffn_multiplier=m.ffn_multiplier,
-            query_ffn_multiplier=m.query_ffn_multiplier,
-            width_temperature=m.width_temperature,
-            position_table=m.position_table,
-            initializer_range=m.initializer_range,
-        ),
-        optim=OptimSettings(
-            lr=o.lr,
-            weight_decay=o.weight_decay,
-            warmup_ratio=o.warmup_proportion,
-            grad_clip=o.max_grad_norm,
-            eps=o.eps,
-            beta1=o.betas[0],
-            beta2=o.betas[1],
-            videos_per_batch=o.videos_per_batch,
-            epochs=sch.epochs,
-            early_stop_patience=sch.early_stop_patience,
-            max_query_len=m.max_query_len,
-        ),
-        loss=LossSettings(
-            nce_clip=w.nce_clip, nce_frame=w.nce_frame, div=w.div, intra=w.intra, inter=w.inter,
-            margin=base.margin, div_delta=base.div_delta, div_alpha=base.div_alpha, div_lambda=base.div_lambda,
-            hard_negative_topk=base.hard_negative_topk, evidential_preset=source, loss_dataset=name,
-        ),
-        schedule=ScheduleSettings(warmup_stage_epochs=sch.warmup_stage_epochs,
-                                  hard_negative_epoch=sch.hard_negative_epoch),
+        model=ModelSettings(**_fields(settings.model)),
+        optim=OptimSettings(**_fields(settings.optimizer)),
+        schedule=settings.schedule,
+        weights=settings.weights,
+        base=settings.base,
+        inter=settings.inter,
+        transport=settings.transport,
+        intra=settings.intra,
     )
+
+
+def _fields(section: object) -> dict[str, Any]:
+    """The fields of a registry section by name (to build the reference's extension of its dataclass)."""
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}  # type: ignore[arg-type]
 
 
 def _embedded() -> HolmesConfig:
     # Small model and short stages so that Holmes and the baseline each train in about a minute on two
-    # CPU cores. The loss weights, margins and τ are the release's TVR ones (from the registry).
-    tvr = holmes_settings("release", "tvr")
-    w, base = tvr.weights, tvr.base
+    # CPU cores. The loss weights, margins and τ are the release's TVR ones (the config's defaults).
     return HolmesConfig(
         name="embedded",
-        model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1, widths=[None, 1.0, 5.0],
+        model=ModelSettings(hidden_size=64, num_heads=4, num_blocks=1, dropout=0.1, widths=(math.inf, 1.0, 5.0),
                             ffn_multiplier=1, query_ffn_multiplier=0, kernel="symmetric", width_weighting="linear",
                             attention_output_projection=True, attention_mask="exclude", padded_frames="mask",
-                            second_query_encoding=False),
-        optim=OptimSettings(lr=1e-3, videos_per_batch=16, epochs=15, early_stop_patience=100, max_query_len=30,
-                            optimizer="adamw", lr_schedule="warmup_linear", grad_clip_mode="global",
-                            no_decay="all_norms", eps=1e-8,
+                            second_query_encoding=False, max_query_len=30),
+        optim=OptimSettings(lr=1e-3, videos_per_batch=16, optimizer="adamw", lr_schedule="warmup_linear",
+                            grad_clip_mode="global", no_decay="all_norms", eps=1e-8,
                             eval_video_batch=256, eval_query_batch=512, score_chunk=512),
-        loss=LossSettings(nce_clip=w.nce_clip, nce_frame=w.nce_frame, div=w.div, intra=w.intra, inter=w.inter,
-                          margin=base.margin, div_delta=base.div_delta, loss_dataset="tvr"),
-        schedule=ScheduleSettings(warmup_stage_epochs=4, hard_negative_epoch=8),
+        schedule=ScheduleSettings(epochs=15, warmup_stage_epochs=4, hard_negative_epoch=8, early_stop_patience=100),
     )
 
 
@@ -523,3 +573,6 @@ def preset(name: str) -> HolmesConfig:
 def _positive_int(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+_DEFAULT = HolmesConfig()

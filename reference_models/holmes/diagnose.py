@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from evidential_prvr import FlexibleOT
 from evidential_prvr.metrics import recall_at_k, risk_coverage
-from reference_models.holmes.checkpoint import load_checkpoint
+from reference_models.engine import finite_or_none, load_checkpoint
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import load_split, read_planted_types
 from reference_models.holmes.data.layout import CollectionPaths, read_captions
@@ -122,7 +122,7 @@ def _load(args: argparse.Namespace):
     except Exception as exc:  # unreadable file, foreign pickle, missing keys: all one line, exit 2
         return f"{args.checkpoint}: not a checkpoint of the reference model ({type(exc).__name__}: {exc})"
     load = lambda name: load_split(args.data_root, args.collection, args.visual_feature, name,  # noqa: E731
-                                   max_query_len=cfg.optim.max_query_len, n_clips=dims[2], n_frames=dims[3])
+                                   max_query_len=cfg.model.max_query_len, n_clips=dims[2], n_frames=dims[3])
     val = load("val")
     test_file = CollectionPaths(args.data_root, args.collection, args.visual_feature).caption_file("test")
     if args.split == "test" and not test_file.exists():
@@ -315,22 +315,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
         confidence_name=best,
     )
     payload = {"recall": recall, **summary, "type_recall": type_recall, "seconds": time.perf_counter() - start}
-    (out / "diagnose.json").write_text(json.dumps(_finite(payload), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (out / "diagnose.json").write_text(json.dumps(finite_or_none(payload), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"report written to {out / 'index.html'} ({time.perf_counter() - start:.1f}s)")
     return 0
 
 
 def _num(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{scale * value:.{digits}f}"
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

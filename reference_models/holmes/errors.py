@@ -1,20 +1,10 @@
-"""The base class of the errors a user of the reference model can fix (a file, a flag or a value).
+"""The errors a user of the Holmes reference model can fix: :class:`UserError` and :func:`check_choice`.
 
-The command line (:mod:`reference_models.holmes.cli`) prints the one-line message of a :class:`UserError`
-as ``error: <message>`` on standard error and exits with status 2, without a traceback. Anything else
-that escapes is a bug and keeps its traceback.
+Both moved to the shared engine (:mod:`reference_models.engine.errors`); this module keeps their old import path.
 """
 
 from __future__ import annotations
 
+from reference_models.engine.errors import UserError, check_choice
+
 __all__ = ["UserError", "check_choice"]
-
-
-class UserError(Exception):
-    """A problem the user can fix; its message is one line naming the file, flag or value at fault."""
-
-
-def check_choice(value: object, name: str, choices: tuple[object, ...]) -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices`` (a setting's options)."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")

@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from reference_models.holmes.errors import check_choice
+from reference_models.engine.errors import check_choice
 
 __all__ = [
     "GaussianKernel",

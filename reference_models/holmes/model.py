@@ -3,7 +3,7 @@ r"""The GMMFormer-style PRVR model that the Holmes reference trains (Holmes §3.
 Architecture (typed, device-agnostic; every output is a dataclass):
 
 * **Video**, two branches of the same form: input projection (LayerNorm → Dropout → Linear → ReLU),
-  learned positional embeddings (added, then LayerNorm and Dropout), then ``n_layers`` multi-width
+  learned positional embeddings (added, then LayerNorm and Dropout), then ``num_blocks`` multi-width
   Gaussian-attention blocks (Holmes Eq. 35: one block per width, global attention included, mixed per
   position by a width weighting, :mod:`reference_models.holmes.multi_width`). The **clip branch** encodes
   ``M_c = 32`` mean-pooled clips, the **frame branch** ``M_f = 128`` frames; frames are always padded to
@@ -29,15 +29,18 @@ query_video``) so that this module does not depend on the data package.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import dataclasses
+import warnings
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evidential_prvr.presets import ModelSettings as RegistryModelSettings
 from evidential_prvr.presets import holmes_settings
-from reference_models.holmes.errors import check_choice
+from reference_models.engine.errors import check_choice
 from reference_models.holmes.gaussian_attention import (
     ATTENTION_MASKS,
     KERNELS,
@@ -48,6 +51,7 @@ from reference_models.holmes.gaussian_attention import (
 from reference_models.holmes.multi_width import WIDTH_WEIGHTINGS, MultiWidthGaussianBlock, WidthWeighting
 
 __all__ = [
+    "ModelSettings",
     "ModelConfig",
     "VideoEmbeddings",
     "Similarities",
@@ -76,90 +80,98 @@ PaddedFrames = Literal["zero", "mask"]
 PADDED_FRAMES: tuple[str, ...] = ("zero", "mask")
 
 
-@dataclass
-class ModelConfig:
-    """Architecture of :class:`HolmesModel`. The defaults are the release's architecture (dropout, width
-    temperature and table sizes aside, which the presets set per data set).
+@dataclass(frozen=True)
+class ModelSettings(RegistryModelSettings):
+    """Architecture of :class:`HolmesModel`: the registry's :class:`evidential_prvr.presets.ModelSettings`
+    (its fields, under its names) and the reference-only switches beside them.
+
+    The config's ``model`` section (:class:`~reference_models.holmes.config.HolmesConfig`) is one of these;
+    :class:`ModelConfig` adds the data's feature sizes. The defaults are the release's architecture (dropout,
+    width temperature and position table aside, which the presets set per data set).
+
+    Attributes
+    ----------
+    dropout, width_temperature, max_query_len, hidden_size, num_heads, n_clips, n_frames, widths,
+    frame_weight, clip_weight, initializer_range, ffn_multiplier, query_ffn_multiplier
+        The registry's fields (see :class:`evidential_prvr.presets.ModelSettings`); ``widths`` holds
+        ``math.inf`` for global attention.
+    position_table : int, optional
+        Rows of both video branches' position tables (the release's ``max_ctx_l`` = 128); ``None``: as many
+        rows as the branch has positions.
+    num_blocks : int
+        Multi-width blocks stacked per video branch.
+    kernel : {"release", "symmetric", "paper"}
+        Gaussian kernel form (see :mod:`reference_models.holmes.gaussian_attention`).
+    width_weighting : {"cross_attention", "linear", "mean"}
+        How the parallel widths are mixed (see :mod:`reference_models.holmes.multi_width`).
+    attention_output_projection : bool
+        A ``Linear(d, d)`` after every attention (the release has none).
+    second_query_encoding : bool
+        Encode the queries a second time in training for L_div and L_intra (:attr:`ModelOutput.query_aux`).
+    attention_mask : {"additive", "exclude"}
+        How padded keys are removed from attention.
+    padded_frames : {"zero", "mask"}
+        Padded frames score cosine 0 (release) or are left out of the max (see the module doc).
+    """
+
+    dropout: float = 0.1
+    width_temperature: float = 1.0
+    position_table: int | None = None  # type: ignore[assignment]
+    num_blocks: int = 1
+    kernel: GaussianKernel = "release"
+    width_weighting: WidthWeighting = "cross_attention"
+    attention_output_projection: bool = False
+    second_query_encoding: bool = True
+    attention_mask: AttentionMask = "additive"
+    padded_frames: PaddedFrames = "zero"
+
+
+#: The deprecated keyword names of :class:`ModelConfig` (up to release 1.0.0) and today's.
+_DEPRECATED_NAMES = {"n_heads": "num_heads", "n_layers": "num_blocks"}
+
+
+@dataclass(frozen=True)
+class ModelConfig(ModelSettings):
+    """:class:`ModelSettings` and the input feature sizes: everything :class:`HolmesModel` is built from.
+
+    ``n_clips`` and ``n_frames`` are those of the data (``M_c = 32``, ``M_f = 128``; frames are padded to
+    ``n_frames``). Keyword-only; ``n_heads=`` and ``n_layers=`` (the names up to release 1.0.0) are still
+    accepted, with a ``DeprecationWarning``, for ``num_heads=`` and ``num_blocks=``.
 
     Attributes
     ----------
     visual_dim, text_dim : int
         Input feature sizes ``D_v`` and ``D_t`` (read from the data).
-    hidden_size : int
-        Latent size ``d`` (384 in the paper).
-    n_heads : int
-        Attention heads (4).
-    n_clips, n_frames : int
-        Clip and frame positions ``M_c = 32``, ``M_f = 128``; frames are padded to ``n_frames``.
-    max_query_len : int
-        Maximum caption length in tokens (the query position table's size).
-    dropout : float
-        Dropout of input projections, embeddings, attention blocks and the width weighting.
-    widths : tuple of float
-        Gaussian widths of the parallel blocks; ``math.inf`` is global attention (default
-        :data:`RELEASE_WIDTHS`).
-    n_layers : int
-        Multi-width blocks stacked per video branch.
-    ffn_multiplier : int
-        Feed-forward size of each video block as a multiple of ``hidden_size`` (0 = none).
-    query_ffn_multiplier : int
-        The same for the query encoder's attention block (release 4; 0 = attention only).
-    kernel : {"release", "symmetric", "paper"}
-        Gaussian kernel form (see :mod:`reference_models.holmes.gaussian_attention`).
-    width_weighting : {"cross_attention", "linear", "mean"}
-        How the parallel widths are mixed (see :mod:`reference_models.holmes.multi_width`).
-    width_temperature : float
-        Softmax temperature over widths (the release's ``sft_factor``).
-    attention_output_projection : bool
-        A ``Linear(d, d)`` after every attention (the release has none).
-    attention_mask : {"additive", "exclude"}
-        How padded keys are removed from attention.
-    padded_frames : {"zero", "mask"}
-        Padded frames score cosine 0 (release) or are left out of the max (see the module doc).
-    second_query_encoding : bool
-        Encode the queries a second time in training for L_div and L_intra (:attr:`ModelOutput.query_aux`).
-    position_table : int, optional
-        Rows of both video branches' position tables (the release's ``max_ctx_l`` = 128); ``None``: as many
-        rows as the branch has positions.
-    frame_weight, clip_weight : float
-        :math:`\alpha_f`, :math:`\alpha_c` of Holmes Eq. 2 (in [0, 1], summing to 1).
-    initializer_range : float
-        Standard deviation of the normal initialisation of linear and embedding weights.
     """
 
-    visual_dim: int
-    text_dim: int
-    hidden_size: int = 384
-    n_heads: int = 4
-    n_clips: int = 32
-    n_frames: int = 128
-    max_query_len: int = 30
-    dropout: float = 0.1
-    widths: tuple[float, ...] = field(default_factory=lambda: RELEASE_WIDTHS)
-    n_layers: int = 1
-    ffn_multiplier: int = 4
-    query_ffn_multiplier: int = 4
-    kernel: GaussianKernel = "release"
-    width_weighting: WidthWeighting = "cross_attention"
-    width_temperature: float = 1.0
-    attention_output_projection: bool = False
-    attention_mask: AttentionMask = "additive"
-    padded_frames: PaddedFrames = "zero"
-    second_query_encoding: bool = True
-    position_table: int | None = None
-    frame_weight: float = 0.4
-    clip_weight: float = 0.6
-    initializer_range: float = 0.02
+    visual_dim: int = field(kw_only=True)
+    text_dim: int = field(kw_only=True)
+    n_heads: InitVar[int | None] = field(default=None, kw_only=True)
+    n_layers: InitVar[int | None] = field(default=None, kw_only=True)
 
-    def __post_init__(self) -> None:
-        sizes = ("visual_dim", "text_dim", "hidden_size", "n_heads", "n_clips", "n_frames", "max_query_len", "n_layers")
+    @classmethod
+    def from_settings(cls, settings: ModelSettings, *, visual_dim: int, text_dim: int, n_clips: int,
+                      n_frames: int) -> ModelConfig:
+        """``settings`` with the data's feature sizes and its clip and frame counts."""
+        values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(ModelSettings)}
+        return cls(**{**values, "n_clips": n_clips, "n_frames": n_frames}, visual_dim=visual_dim,
+                   text_dim=text_dim)
+
+    def __post_init__(self, n_heads: int | None, n_layers: int | None) -> None:  # type: ignore[override]
+        for old, value in (("n_heads", n_heads), ("n_layers", n_layers)):
+            if value is not None:
+                new = _DEPRECATED_NAMES[old]
+                warnings.warn(f"ModelConfig({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
+                object.__setattr__(self, new, value)
+        sizes = ("visual_dim", "text_dim", "hidden_size", "num_heads", "n_clips", "n_frames", "max_query_len",
+                 "num_blocks")
         for name in sizes:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name} must be an int >= 1, got {value!r}")
-        if self.hidden_size % self.n_heads:
+        if self.hidden_size % self.num_heads:
             raise ValueError(
-                f"ModelConfig.hidden_size must be divisible by n_heads, got {self.hidden_size} and {self.n_heads}"
+                f"ModelConfig.hidden_size must be divisible by num_heads, got {self.hidden_size} and {self.num_heads}"
             )
         for name in ("ffn_multiplier", "query_ffn_multiplier"):
             value = getattr(self, name)
@@ -167,7 +179,7 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be an int >= 0, got {value!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout must lie in [0, 1), got {self.dropout}")
-        self.widths = tuple(float(w) for w in self.widths)
+        object.__setattr__(self, "widths", tuple(float(w) for w in self.widths))
         if not self.widths or any(not w > 0 for w in self.widths):
             raise ValueError(f"ModelConfig.widths must be a non-empty tuple of widths > 0, got {self.widths}")
         for name, choices in (("kernel", KERNELS), ("width_weighting", WIDTH_WEIGHTINGS),
@@ -333,7 +345,7 @@ class VideoBranch(nn.Module):
         self.layers = nn.ModuleList(
             MultiWidthGaussianBlock(
                 config.hidden_size,
-                config.n_heads,
+                config.num_heads,
                 widths,
                 config.dropout,
                 config.ffn_multiplier,
@@ -344,7 +356,7 @@ class VideoBranch(nn.Module):
                 attention_mask=config.attention_mask,
                 output_projection=config.attention_output_projection,
             )
-            for _ in range(config.n_layers)
+            for _ in range(config.num_blocks)
         )
 
     def forward(self, feats: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -362,7 +374,7 @@ class TextEncoder(nn.Module):
         self.projection = InputProjection(config.text_dim, config.hidden_size, config.dropout)
         self.position = LearnedPositionalEmbedding(config.max_query_len, config.hidden_size, config.dropout)
         self.attention = GaussianAttentionBlock(
-            config.hidden_size, config.n_heads, None, config.dropout, config.query_ffn_multiplier,
+            config.hidden_size, config.num_heads, None, config.dropout, config.query_ffn_multiplier,
             attention_mask=config.attention_mask, output_projection=config.attention_output_projection,
         )
         self.pool_score = nn.Linear(config.hidden_size, 1, bias=False)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_models.holmes.errors import check_choice
+from reference_models.engine.errors import check_choice
 from reference_models.holmes.gaussian_attention import AttentionMask, GaussianAttentionBlock, GaussianKernel
 
 __all__ = [

@@ -19,11 +19,13 @@ criterion's parts:
 When the model encodes the queries a second time (``ModelOutput.query_aux``, the release's behaviour), that
 encoding feeds L_div and L_intra; the first one gives the scores of the triplet, InfoNCE and L_inter terms.
 
-Everything comes from the library's public API; this module only maps the configuration onto it.
+Everything comes from the library's public API: each part is the library module's ``from_settings`` of the
+config's section; this module applies only the ablation switches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -32,11 +34,13 @@ from torch import nn
 from evidential_prvr import (
     BaseRetrievalLoss,
     EvidentialRetrievalLoss,
+    FlexibleOT,
     HolmesCriterion,
     HolmesLossDetails,
     IntraVideoEvidentialLoss,
     UncertaintyGuidedIdentifier,
 )
+from evidential_prvr.presets import BaseRetrievalSettings
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.dab_variant import DABObjective
 
@@ -78,32 +82,20 @@ class ObjectiveTerms:
         return {k: getattr(self, k).detach() for k in ("total", "base", "inter", "intra", "pac")}
 
 
-def _preset(config: HolmesConfig) -> tuple[str, str]:
-    return config.loss.evidential_preset, config.loss.loss_dataset
-
-
-def _inter_loss(config: HolmesConfig, **overrides: object) -> EvidentialRetrievalLoss:
-    """L_inter of ``config``'s preset with its fusion rule and τ, and ``overrides``."""
-    preset, dataset = _preset(config)
-    if config.loss.inter_tau is not None:
-        overrides["tau"] = config.loss.inter_tau
-    return EvidentialRetrievalLoss.from_preset(preset, dataset, fusion=config.ablation.fusion, **overrides)
+def _inter_loss(config: HolmesConfig, **changes: object) -> EvidentialRetrievalLoss:
+    """L_inter of ``config``'s ``inter`` section with the ablation's fusion rule and ``changes``."""
+    settings = dataclasses.replace(config.inter, fusion=config.ablation.fusion, **changes)
+    return EvidentialRetrievalLoss.from_settings(settings)
 
 
 def build_criterion(config: HolmesConfig) -> HolmesCriterion:
-    """The library's :class:`~evidential_prvr.HolmesCriterion` for ``config`` (weights, schedule, ablation)."""
-    loss, ablation = config.loss, config.ablation
-    preset, dataset = _preset(config)
-    base = BaseRetrievalLoss(
-        margin=loss.margin,
-        frame_nce_weight=0.0 if ablation.method == "dab" else loss.nce_frame,
-        clip_nce_weight=0.0 if ablation.method == "dab" else loss.nce_clip,
-        div_weight=loss.div,
-        div_alpha=loss.div_alpha,
-        div_delta=loss.div_delta,
-        div_lambda=loss.div_lambda,
-        hard_negative_topk=loss.hard_negative_topk,
-    )
+    """The library's :class:`~evidential_prvr.HolmesCriterion` for ``config``: its parts built from the
+    config's ``base``, ``weights``, ``inter``, ``transport`` and ``intra`` sections (the registry's
+    dataclasses), with the ablation switches applied and the ``schedule`` section's switch epochs."""
+    weights, ablation = config.weights, config.ablation
+    if ablation.method == "dab":  # DAB's PAC loss replaces InfoNCE
+        weights = dataclasses.replace(weights, nce_frame=0.0, nce_clip=0.0)
+    base = BaseRetrievalLoss.from_settings(BaseRetrievalSettings.from_sections(config.base, weights))
     inter = intra = None
     if ablation.method == "holmes":
         terms = {"both": ("frame", "clip"), "frame": ("frame",), "clip": ("clip",)}[ablation.inter_branches]
@@ -114,11 +106,10 @@ def build_criterion(config: HolmesConfig) -> HolmesCriterion:
             terms=terms + (("fused",) if ablation.aggregation else ()),
         )
         if ablation.intra:
-            intra_overrides: dict[str, object] = {"assignment": ablation.assignment}
-            if loss.intra_tau is not None:
-                intra_overrides["tau"] = loss.intra_tau
-            intra = IntraVideoEvidentialLoss.from_preset(preset, dataset, **intra_overrides)
-    return HolmesCriterion(base, inter, intra, inter_weight=loss.inter, intra_weight=loss.intra,
+            intra = IntraVideoEvidentialLoss.from_settings(
+                dataclasses.replace(config.intra, assignment=ablation.assignment),
+                FlexibleOT.from_settings(config.transport))
+    return HolmesCriterion(base, inter, intra, inter_weight=weights.inter, intra_weight=weights.intra,
                            warmup_stage_epochs=config.schedule.warmup_stage_epochs,
                            hard_negative_epoch=config.schedule.hard_negative_epoch)
 

@@ -15,12 +15,17 @@ FEATURE = TINY_SPEC.visual_feature
 
 
 def micro_config(**optim) -> HolmesConfig:
-    """A model small enough that a one-epoch run on the micro benchmark takes about a second."""
+    """A model small enough that a one-epoch run on the micro benchmark takes about a second.
+
+    ``optim`` changes ``optim`` fields, and ``epochs`` / ``early_stop_patience`` of ``schedule``.
+    """
+    schedule = {"epochs": 1, "warmup_stage_epochs": 1, "hard_negative_epoch": 1,
+                **{name: optim.pop(name) for name in ("epochs", "early_stop_patience") if name in optim}}
     return preset("embedded").replace(
         model={"hidden_size": 16, "num_heads": 2, "widths": [None, 1.0], "ffn_multiplier": 1},
-        optim={"epochs": 1, "videos_per_batch": 4, "lr": 1e-3, "eval_video_batch": 8, "eval_query_batch": 16,
-               "score_chunk": 8, **optim},
-        schedule={"warmup_stage_epochs": 1, "hard_negative_epoch": 1},
+        optim={"videos_per_batch": 4, "lr": 1e-3, "eval_video_batch": 8, "eval_query_batch": 16, "score_chunk": 8,
+               **optim},
+        schedule=schedule,
         dab={"embed_dim": 8, "n_steps": 2},
     )
 

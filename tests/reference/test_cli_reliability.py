@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from reference_models.holmes.run_folder import LOCK_NAME, RunLock
+from reference_models.engine import LOCK_NAME, RunLock
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE, data_args, main, run_cli, train_args, write_config
 
@@ -303,7 +303,7 @@ def test_a_read_only_output_folder_is_one_line(micro_root, config_file, tmp_path
 
 def test_an_unwritable_output_folder_is_one_line_even_for_root(micro_root, config_file, tmp_path, capsys,
                                                                  monkeypatch):
-    from reference_models.holmes import run_folder
+    from reference_models.engine import run_folder
 
     def refuse(path, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+from pathlib import Path
 
 import pytest
 
-from reference_models.holmes.config import ABLATIONS, PRESETS, HolmesConfig, from_registry, preset
+from evidential_prvr.presets import holmes_settings
+from reference_models.holmes.config import ABLATIONS, PRESETS, HolmesConfig, OptimSettings, from_registry, preset
 
 # The release's settings, copied by hand from its src/Configs/{tvr,act,cha}.py (independent of the registry
 # and of config.py). Early stopping: the release stops once its counter *exceeds* max_es_cnt (20 / 10 / 20),
 # i.e. after max_es_cnt + 1 epochs without a better validation SumR.
+INTER_TAU = {"tvr": 0.05, "activitynet": 0.04, "charades": 0.08}
+INTRA_TAU = {"tvr": 0.06, "activitynet": 0.08, "charades": 0.08}
 RELEASE = {
     "tvr": dict(lr=3e-4, weights=(0.05, 0.04, 8e-5, 0.8, 0.2), margin=0.1, div_delta=0.15, patience=21,
                 query_len=30, dropout=0.2, sft=0.09),
@@ -25,45 +31,49 @@ RELEASE = {
 def test_release_presets_match_the_release_configs(name):
     cfg = preset(name)
     want = RELEASE[name]
-    loss = cfg.loss
-    assert (loss.nce_clip, loss.nce_frame, loss.div, loss.intra, loss.inter) == want["weights"]
-    assert (loss.margin, loss.div_delta, loss.div_alpha, loss.div_lambda) == (want["margin"], want["div_delta"], 32, 1)
-    assert loss.hard_negative_topk == 20
+    w, base = cfg.weights, cfg.base
+    assert (w.nce_clip, w.nce_frame, w.div, w.intra, w.inter) == want["weights"]
+    assert (base.margin, base.div_delta, base.div_alpha, base.div_lambda) == (want["margin"], want["div_delta"], 32, 1)
+    assert base.hard_negative_topk == 20
     assert cfg.optim.lr == want["lr"]
-    assert cfg.optim.early_stop_patience == want["patience"]
-    assert cfg.optim.max_query_len == want["query_len"]
-    assert cfg.optim.epochs == 100 and cfg.optim.videos_per_batch == 128
-    assert cfg.optim.weight_decay == 0.01 and cfg.optim.warmup_ratio == 0.01 and cfg.optim.grad_clip == 1.0
+    assert cfg.schedule.early_stop_patience == want["patience"]
+    assert cfg.model.max_query_len == want["query_len"]
+    assert cfg.schedule.epochs == 100 and cfg.optim.videos_per_batch == 128
+    assert cfg.optim.weight_decay == 0.01 and cfg.optim.warmup_proportion == 0.01 and cfg.optim.max_grad_norm == 1.0
     assert (cfg.optim.optimizer, cfg.optim.lr_schedule, cfg.optim.grad_clip_mode, cfg.optim.no_decay) == (
         "bert_adam", "bert_warmup_linear", "per_parameter", "embedding_norms")
-    assert (cfg.optim.eps, cfg.optim.beta1, cfg.optim.beta2) == (1e-6, 0.9, 0.999)
+    assert (cfg.optim.eps, cfg.optim.betas) == (1e-6, (0.9, 0.999))
     assert cfg.schedule.warmup_stage_epochs == 20 and cfg.schedule.hard_negative_epoch == 20
     m = cfg.model
     assert m.hidden_size == 384 and m.num_heads == 4 and m.num_blocks == 1
     assert (m.frame_weight, m.clip_weight) == (0.4, 0.6)
     assert m.dropout == want["dropout"] and m.width_temperature == want["sft"]
-    assert m.widths == [None, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    assert m.widths == (math.inf, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+    assert cfg.to_dict()["model"]["widths"] == [None, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]  # JSON: null = global
     assert m.position_table == 128 and m.initializer_range == 0.02
     assert (m.ffn_multiplier, m.query_ffn_multiplier) == (4, 4)
     assert (m.kernel, m.width_weighting, m.attention_mask, m.padded_frames) == (
         "release", "cross_attention", "additive", "zero")
     assert m.attention_output_projection is False and m.second_query_encoding is True
-    assert loss.loss_dataset == name and loss.evidential_preset == "release"
+    assert (cfg.inter.tau, cfg.inter.tanh_scaling, cfg.inter.matched) == (INTER_TAU[name], "outside", "argmax")
+    assert (cfg.intra.tau, cfg.intra.tanh_scaling) == (INTRA_TAU[name], "outside")
+    assert (cfg.transport.epsilon, cfg.transport.n_iters, cfg.transport.dustbin_quantile) == (0.1, 50, 0.3)
 
 
 def test_paper_source_takes_the_papers_values():
     """App. A.1 gives ActivityNet queries of 64 tokens; the rest follows the release."""
     cfg = from_registry("activitynet", source="paper")
-    assert cfg.name == "activitynet-paper" and cfg.loss.evidential_preset == "paper"
-    assert cfg.optim.max_query_len == 64
+    assert cfg.name == "activitynet-paper" and (cfg.inter.tau, cfg.inter.tanh_scaling) == (0.1, "inside")
+    assert cfg.model.max_query_len == 64
     assert cfg.optim.lr == preset("activitynet").optim.lr
     assert from_registry("act") == preset("activitynet")
 
 
-def test_presets_are_fresh_copies():
+def test_presets_are_fresh_frozen_copies():
     a = preset("tvr")
-    a.optim.lr = 1.0
-    assert preset("tvr").optim.lr == 3e-4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.optim.lr = 1.0  # type: ignore[misc]
+    assert a.replace(optim={"lr": 1.0}).optim.lr == 1.0 and preset("tvr").optim.lr == 3e-4
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -94,7 +104,8 @@ def test_table3_switches():
     assert base.with_ablation("dab").ablation.method == "dab"
     # An ablation changes only the ablation section (and the name).
     changed = base.with_ablation("no_intra")
-    assert changed.loss == base.loss and changed.optim == base.optim and changed.name == "embedded+no_intra"
+    assert changed.replace(ablation=dataclasses.asdict(base.ablation), name="embedded") == base
+    assert changed.name == "embedded+no_intra"
 
 
 @pytest.mark.parametrize(
@@ -104,12 +115,18 @@ def test_table3_switches():
         ("ablation", {"fusion": "average"}, "ablation.fusion"),
         ("ablation", {"assignment": "sinkhorn"}, "ablation.assignment"),
         ("optim", {"lr": 0.0}, "optim.lr"),
-        ("optim", {"epochs": 0}, "optim.epochs"),
-        ("optim", {"warmup_ratio": 1.0}, "optim.warmup_ratio"),
+        ("schedule", {"epochs": 0}, "schedule.epochs"),
+        ("optim", {"epochs": 0}, "schedule.epochs"),  # the name of release 1.0.0, migrated
+        ("optim", {"warmup_proportion": 1.0}, "optim.warmup_proportion"),
+        ("optim", {"warmup_ratio": 1.0}, "optim.warmup_proportion"),
         ("model", {"hidden_size": 30, "num_heads": 4}, "divisible"),
-        ("loss", {"intra": -1.0}, "loss.intra"),
-        ("loss", {"inter_tau": 0.0}, "loss.inter_tau"),
-        ("loss", {"loss_dataset": "msrvtt"}, "loss.loss_dataset"),
+        ("weights", {"intra": -1.0}, "weights.intra"),
+        ("loss", {"intra": -1.0}, "weights.intra"),
+        ("inter", {"tau": 0.0}, "inter.tau"),
+        ("loss", {"inter_tau": 0.0}, "inter.tau"),
+        ("loss", {"loss_dataset": "msrvtt"}, "from_registry"),
+        ("base", {"video_negative": "random"}, "base.video_negative"),
+        ("transport", {"epsilon": -1.0}, "transport.epsilon"),
         ("model", {"kernel": "box"}, "model.kernel"),
         ("model", {"width_weighting": "fusion"}, "model.width_weighting"),
         ("model", {"padded_frames": "drop"}, "model.padded_frames"),
@@ -121,7 +138,8 @@ def test_table3_switches():
         ("optim", {"lr_schedule": "cosine"}, "optim.lr_schedule"),
         ("optim", {"grad_clip_mode": "none"}, "optim.grad_clip_mode"),
         ("optim", {"no_decay": "nothing"}, "optim.no_decay"),
-        ("optim", {"beta2": 1.0}, "optim.beta2"),
+        ("optim", {"betas": [0.9, 1.0]}, "optim.betas"),
+        ("optim", {"beta2": 1.0}, "optim.betas"),
     ],
 )
 def test_bad_values_are_refused(section, change, match):
@@ -140,3 +158,55 @@ def test_unknown_keys_are_refused():
         preset("msrvtt")
     with pytest.raises(ValueError, match="ablation name"):
         preset("tvr").with_ablation("no_everything")
+
+
+PREVIOUS = Path(__file__).parent / "previous_configs"
+
+
+@pytest.mark.parametrize("file, expected", [
+    ("embedded_d77b6c1.json", lambda: preset("embedded")),
+    ("activitynet_paper_d77b6c1.json", lambda: from_registry("activitynet", "paper")),
+    ("tvr_no_intra_e4b604a.json", lambda: preset("tvr").with_ablation("no_intra")),
+])
+def test_configs_of_the_previous_versions_load_unchanged(file, expected):
+    """Files written by ``to_json`` of commits d77b6c1 (a ``loss`` section, ``optim.epochs``, ``optim.beta1``, ...)
+    and e4b604a (release 1.0.0, also ``optim.max_query_len``) read as today's config of the same run."""
+    old = json.loads((PREVIOUS / file).read_text(encoding="utf-8"))
+    assert "loss" in old and "epochs" in old["optim"] and "weights" not in old
+    config = HolmesConfig.from_dict(old)
+    assert config == expected()
+    assert HolmesConfig.from_json(PREVIOUS / file) == config
+
+
+def test_an_old_loss_section_takes_its_registry_entry_and_taus():
+    old = json.loads((PREVIOUS / "embedded_d77b6c1.json").read_text(encoding="utf-8"))
+    old["loss"].update(evidential_preset="paper", inter_tau=0.3, intra_tau=None, margin=0.25)
+    config = HolmesConfig.from_dict(old)
+    paper = holmes_settings("paper", "tvr")
+    assert config.inter == dataclasses.replace(paper.inter, tau=0.3)
+    assert config.intra == paper.intra and config.transport == paper.transport and config.base.margin == 0.25
+    old["inter"] = {"tau": 0.2}
+    with pytest.raises(ValueError, match="'loss' .* and 'inter' are both given"):
+        HolmesConfig.from_dict(old)
+
+
+def test_an_old_name_beside_its_new_one_must_agree():
+    data = preset("tvr").to_dict()
+    data["optim"]["epochs"] = 7
+    with pytest.raises(ValueError, match=r"optim.epochs \(7\) and schedule.epochs \(100\) disagree"):
+        HolmesConfig.from_dict(data)
+    data["optim"]["epochs"] = 100
+    assert HolmesConfig.from_dict(data) == preset("tvr")
+
+
+def test_a_section_must_be_its_dataclass():
+    with pytest.raises(TypeError, match="config section 'inter' must be an InterVideoSettings"):
+        dataclasses.replace(preset("tvr"), inter=holmes_settings("release", "tvr").intra)
+
+
+def test_optim_settings_take_the_old_keywords_with_a_warning():
+    with pytest.warns(DeprecationWarning) as caught:
+        old = OptimSettings(warmup_ratio=0.05, grad_clip=2.0, beta1=0.8, beta2=0.98)
+    assert old == OptimSettings(warmup_proportion=0.05, max_grad_norm=2.0, betas=(0.8, 0.98))
+    assert sorted(str(w.message).split("(")[1].split("=")[0] for w in caught) == ["beta1", "beta2", "grad_clip",
+                                                                                  "warmup_ratio"]

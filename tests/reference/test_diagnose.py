@@ -19,7 +19,7 @@ def run(tmp_path_factory):
     root = make_tiny_benchmark(tmp_path_factory.mktemp("tiny"))
     out = tmp_path_factory.mktemp("run")
     cfg_path = out / "cfg.json"
-    tiny_config().replace(optim={"epochs": 2}).to_json(cfg_path)
+    tiny_config().replace(schedule={"epochs": 2}).to_json(cfg_path)
     assert main(["train", "--data-root", str(root), "--collection", COLLECTION, "--visual-feature", FEATURE,
                  "--config-file", str(cfg_path), "--device", "cpu", "--output-dir", str(out), "--no-progress"]) == 0
     return root, out

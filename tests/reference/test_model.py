@@ -22,7 +22,7 @@ D_V, D_T = 12, 10
 
 
 def small_config(**overrides) -> ModelConfig:
-    kwargs = dict(visual_dim=D_V, text_dim=D_T, hidden_size=16, n_heads=2, n_clips=8, n_frames=20, max_query_len=6)
+    kwargs = dict(visual_dim=D_V, text_dim=D_T, hidden_size=16, num_heads=2, n_clips=8, n_frames=20, max_query_len=6)
     kwargs.update(overrides)
     return ModelConfig(**kwargs)
 
@@ -263,3 +263,13 @@ def test_input_validation():
     with pytest.raises(ValueError, match="query_chunk"):
         score_matrix(model, model.encode_videos(batch.clip_feats, batch.frame_feats, batch.frame_mask),
                      torch.randn(2, 16), query_chunk=0)
+
+
+def test_model_config_takes_the_registry_names_and_warns_for_the_old_ones():
+    with pytest.warns(DeprecationWarning) as caught:
+        old = small_config(num_heads=4, n_heads=2, n_layers=2)
+    assert sorted(str(w.message) for w in caught) == ["ModelConfig(n_heads=...) is deprecated; use num_heads=",
+                                                      "ModelConfig(n_layers=...) is deprecated; use num_blocks="]
+    assert old == small_config(num_heads=2, num_blocks=2)
+    with pytest.raises(ValueError, match="ModelConfig.num_blocks must be an int >= 1"):
+        small_config(num_blocks=0)

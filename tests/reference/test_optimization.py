@@ -163,14 +163,14 @@ def tiny_splits(tmp_path_factory):
 def release_tiny_config():
     return preset("tvr").replace(
         model={"hidden_size": 16, "num_heads": 2},
-        optim={"epochs": 2, "videos_per_batch": 7, "eval_video_batch": 8, "eval_query_batch": 16, "score_chunk": 8},
-        schedule={"warmup_stage_epochs": 1, "hard_negative_epoch": 1},
+        optim={"videos_per_batch": 7, "eval_video_batch": 8, "eval_query_batch": 16, "score_chunk": 8},
+        schedule={"epochs": 2, "warmup_stage_epochs": 1, "hard_negative_epoch": 1},
     )
 
 
 def test_release_settings_train_through_the_trainer(tiny_splits, tmp_path, device):
     """The release optimiser through the trainer, with the peak GPU memory of every epoch recorded on CUDA."""
-    cfg = release_tiny_config().replace(optim={"epochs": 1})
+    cfg = release_tiny_config().replace(schedule={"epochs": 1})
     trainer = Trainer(cfg, tiny_splits["train"], tiny_splits["val"], tmp_path, seed=1, device=device,
                       show_progress=False)
     # clipped once per step, by the trainer (clip_gradients), not again inside the optimiser

@@ -147,7 +147,7 @@ def test_objective_feeds_the_second_encoding_to_l_div_and_l_intra():
     objective = HolmesObjective(cfg, 16)
     objective.set_epoch(cfg.schedule.warmup_stage_epochs)  # stage 2: L_intra on
     torch.manual_seed(0)
-    model = HolmesModel(ModelConfig(visual_dim=D_V, text_dim=D_T, hidden_size=16, n_heads=2, n_clips=8,
+    model = HolmesModel(ModelConfig(visual_dim=D_V, text_dim=D_T, hidden_size=16, num_heads=2, n_clips=8,
                                     n_frames=20, max_query_len=6, dropout=0.3))
     batch = make_batch()
     batch.clip_mask = torch.ones(4, 8, dtype=torch.bool)

@@ -26,9 +26,8 @@ FEATURE = "synthetic"
 def tiny_config(**ablation) -> HolmesConfig:
     cfg = preset("embedded").replace(
         model={"hidden_size": 32, "num_heads": 4, "widths": [None, 1.0], "ffn_multiplier": 1},
-        optim={"epochs": 2, "videos_per_batch": 4, "lr": 1e-3, "eval_video_batch": 8, "eval_query_batch": 16,
-               "score_chunk": 8},
-        schedule={"warmup_stage_epochs": 1, "hard_negative_epoch": 1},
+        optim={"videos_per_batch": 4, "lr": 1e-3, "eval_video_batch": 8, "eval_query_batch": 16, "score_chunk": 8},
+        schedule={"epochs": 2, "warmup_stage_epochs": 1, "hard_negative_epoch": 1},
         dab={"embed_dim": 8, "n_steps": 2},
     )
     return cfg.replace(ablation=ablation) if ablation else cfg
@@ -67,7 +66,7 @@ def test_interrupted_and_resumed_run_matches_uninterrupted(splits, tmp_path):
         assert torch.equal(value, second.model.state_dict()[key]), key
     strip = lambda h: [{k: v for k, v in e.items() if k != "train_seconds"} for e in h]  # noqa: E731
     assert strip(resumed_result.history) == strip(full_result.history)
-    assert resumed_result.best_sumr == full_result.best_sumr
+    assert resumed_result.best_metric == full_result.best_metric
     assert second.scheduler.state_dict()["last_epoch"] == full.scheduler.state_dict()["last_epoch"]
 
 
@@ -84,7 +83,7 @@ def test_checkpoints_are_written_and_loadable(splits, tmp_path):
     assert (tmp_path / "last.pt").is_file() and (tmp_path / "best.pt").is_file() and (tmp_path / "train.log").is_file()
     state = ckpt.load_checkpoint(tmp_path / "last.pt")  # weights_only=True inside
     assert state["epoch"] == 0 and HolmesConfig.from_dict(state["config"]) == trainer.config
-    assert {"model", "optimizer", "scheduler", "rng", "best_sumr", "bad_epochs"} <= set(state)
+    assert {"model", "optimizer", "scheduler", "rng", "best_metric", "bad_epochs"} <= set(state)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
@@ -96,7 +95,7 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
         handle.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(ckpt.torch, "save", broken_save)
+    monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
         ckpt.save_checkpoint({"epoch": 2, "w": torch.zeros(3)}, path)
     monkeypatch.undo()
@@ -241,7 +240,7 @@ def test_cli_validate_exit_codes(data_root, tmp_path, capsys):
 
 def test_cli_train_writes_results(data_root, tmp_path):
     cfg_path = tmp_path / "cfg.json"
-    tiny_config().replace(optim={"epochs": 1}).to_json(cfg_path)
+    tiny_config().replace(schedule={"epochs": 1}).to_json(cfg_path)
     out = tmp_path / "run"
     assert main(["train", "--data-root", str(data_root), "--collection", COLLECTION, "--visual-feature", FEATURE,
                  "--config-file", str(cfg_path), "--device", "cpu", "--output-dir", str(out), "--no-progress"]) == 0
@@ -259,7 +258,7 @@ def test_cli_train_writes_results(data_root, tmp_path):
 def test_comparison_writes_holmes_and_baseline(data_root, tmp_path):
     from reference_models.holmes.cli import run_comparison
 
-    results = run_comparison(data_root, COLLECTION, FEATURE, tiny_config().replace(optim={"epochs": 1}), tmp_path)
+    results = run_comparison(data_root, COLLECTION, FEATURE, tiny_config().replace(schedule={"epochs": 1}), tmp_path)
     for name in ("holmes", "baseline"):
         assert set(results[name]["recall"]) == {"R@1", "R@5", "R@10", "R@100", "SumR"}
         assert set(results[name]["per_type_r1"]) <= {"precise", "polysemous", "underdetermined"}
@@ -268,8 +267,8 @@ def test_comparison_writes_holmes_and_baseline(data_root, tmp_path):
 
 
 def test_amp_training_stays_finite(splits, tmp_path):
-    trainer = Trainer(tiny_config().replace(optim={"epochs": 1}), splits["train"], splits["val"], tmp_path,
+    trainer = Trainer(tiny_config().replace(schedule={"epochs": 1}), splits["train"], splits["val"], tmp_path,
                       amp=True, show_progress=False)
     result = trainer.fit()
-    assert math.isfinite(result.history[-1]["loss/total"]) and math.isfinite(result.best_sumr)
+    assert math.isfinite(result.history[-1]["loss/total"]) and math.isfinite(result.best_metric)
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -1,7 +1,7 @@
 """Guarantees of the trainer that a one-line change could silently break.
 
 Each test here was checked to fail under a deliberate breakage: the batch order no longer changing per
-epoch (no ``loader.set_epoch``), ``best_sumr`` or the early-stopping counter not restored on resume,
+epoch (no ``loader.set_epoch``), ``best_metric`` or the early-stopping counter not restored on resume,
 ``weights_only=False`` in the checkpoint loader, a diverging loss going unnoticed, checkpoints written
 with ``mkstemp``'s private mode.
 """
@@ -15,7 +15,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from reference_models.holmes import trainer as trainer_module
+from reference_models.engine import trainer as engine_trainer
+from reference_models.holmes import task as task_module
 from reference_models.holmes.checkpoint import (
     CheckpointError,
     load_checkpoint,
@@ -39,7 +40,7 @@ def make_trainer(splits, out, **optim) -> Trainer:
 
 
 class ScriptedValidation:
-    """Stands in for ``evaluate_retrieval`` in the trainer: the n-th validation returns the n-th SumR."""
+    """Stands in for ``evaluate_retrieval`` in the Holmes task: the n-th validation returns the n-th SumR."""
 
     def __init__(self, sumrs: list[float]) -> None:
         self.sumrs = list(sumrs)
@@ -72,22 +73,22 @@ def test_every_epoch_trains_on_its_own_batch_order(splits, tmp_path):
 
 # --- resume restores the model-selection state ------------------------------------------------------
 def test_resume_after_a_worse_epoch_does_not_overwrite_best_pt(splits, tmp_path, monkeypatch):
-    monkeypatch.setattr(trainer_module, "evaluate_retrieval", ScriptedValidation([50.0, 10.0, 20.0]))
+    monkeypatch.setattr(task_module, "evaluate_retrieval", ScriptedValidation([50.0, 10.0, 20.0]))
     make_trainer(splits, tmp_path, epochs=3).fit(stop_after_epoch=0)
     best = (tmp_path / "best.pt").read_bytes()
     result = make_trainer(splits, tmp_path, epochs=3).fit(resume=True)
-    assert (result.best_epoch, result.best_sumr, result.epochs_completed) == (0, 50.0, 3)
+    assert (result.best_epoch, result.best_metric, result.epochs_completed) == (0, 50.0, 3)
     assert (tmp_path / "best.pt").read_bytes() == best
     assert load_checkpoint(tmp_path / "best.pt")["epoch"] == 0
 
 
 def test_resume_continues_the_early_stopping_count(splits, tmp_path, monkeypatch):
     scripted = [50.0, 10.0, 10.0, 10.0, 10.0, 10.0]
-    monkeypatch.setattr(trainer_module, "evaluate_retrieval", ScriptedValidation(scripted))
+    monkeypatch.setattr(task_module, "evaluate_retrieval", ScriptedValidation(scripted))
     uninterrupted = make_trainer(splits, tmp_path / "full", epochs=6, early_stop_patience=2).fit()
     assert uninterrupted.stopped_early and uninterrupted.epochs_completed == 3
 
-    monkeypatch.setattr(trainer_module, "evaluate_retrieval", ScriptedValidation(scripted))
+    monkeypatch.setattr(task_module, "evaluate_retrieval", ScriptedValidation(scripted))
     make_trainer(splits, tmp_path / "resumed", epochs=6, early_stop_patience=2).fit(stop_after_epoch=1)
     resumed = make_trainer(splits, tmp_path / "resumed", epochs=6, early_stop_patience=2).fit(resume=True)
     assert resumed.stopped_early and resumed.epochs_completed == 3
@@ -149,7 +150,7 @@ def test_non_finite_scores_refused_by_the_library_are_reported_as_divergence(spl
 
 
 def test_off_cpu_the_first_bad_step_is_reported_at_the_end_of_the_epoch():
-    watch = trainer_module._DivergenceWatch(torch.device("cpu"), epoch=2, lr=1e-3)
+    watch = engine_trainer._DivergenceWatch(torch.device("cpu"), epoch=2, lr=1e-3)
     watch.immediate = False  # the path taken on CUDA and other devices, without a sync per step
     finite, nan = torch.tensor(1.0), torch.tensor(float("nan"))
     watch.observe(0, finite, torch.tensor(0.5))
@@ -158,7 +159,7 @@ def test_off_cpu_the_first_bad_step_is_reported_at_the_end_of_the_epoch():
     with pytest.raises(TrainingDivergedError) as info:
         watch.finish()
     assert (info.value.epoch, info.value.step) == (3, 2)
-    clean = trainer_module._DivergenceWatch(torch.device("cpu"), epoch=0, lr=1e-3)
+    clean = engine_trainer._DivergenceWatch(torch.device("cpu"), epoch=0, lr=1e-3)
     clean.immediate = False
     clean.observe(0, finite, None)
     clean.finish()

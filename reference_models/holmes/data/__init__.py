@@ -3,9 +3,11 @@
 ``load_split`` reads one split of a collection; ``make_train_loader`` / ``make_video_loader`` /
 ``make_query_loader`` iterate it as :class:`TrainBatch` / :class:`VideoBatch` / :class:`QueryBatch`;
 ``validate_data_root`` checks a data root; ``generate_embedded_benchmark`` writes a small synthetic PRVR
-data set in the same layout.
+data set in the same layout. Importing this package registers the built-in visual-feature formats (HDF5 and
+the MS-SL BigFile, :mod:`~reference_models.holmes.data.visual_formats`).
 """
 
+from reference_models.holmes.data import bigfile_format, hdf5_format  # noqa: F401  (registers the formats)
 from reference_models.holmes.data.batches import QueryBatch, TrainBatch, VideoBatch
 from reference_models.holmes.data.embedded import (
     EmbeddedBenchmarkSpec,
@@ -22,6 +24,12 @@ from reference_models.holmes.data.loaders import (
 )
 from reference_models.holmes.data.split import PRVRSplit, fingerprint_differences, load_split
 from reference_models.holmes.data.validation import validate_data_root, video_overlap_warnings
+from reference_models.holmes.data.visual_formats import (
+    VisualFeatureFormat,
+    register_visual_format,
+    visual_format,
+    visual_format_names,
+)
 
 __all__ = [
     "load_split",
@@ -41,4 +49,8 @@ __all__ = [
     "generate_embedded_benchmark",
     "EmbeddedBenchmarkSpec",
     "read_planted_types",
+    "VisualFeatureFormat",
+    "register_visual_format",
+    "visual_format",
+    "visual_format_names",
 ]

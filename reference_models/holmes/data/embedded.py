@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from reference_models.holmes.data.layout import CollectionPaths
+from reference_models.holmes.data.visual_formats import visual_format
 
 __all__ = [
     "PLANTED_TYPES",
@@ -64,7 +65,6 @@ __all__ = [
 ]
 
 PLANTED_TYPES = ("precise", "polysemous", "underdetermined")
-_LAYOUTS = ("hdf5", "bigfile")
 
 
 @dataclass(frozen=True)
@@ -250,25 +250,7 @@ def _render_query(rng, spec, maps, q: _Query) -> np.ndarray:
 
 def _write_visual(paths: CollectionPaths, layout: str, videos: dict[str, np.ndarray]) -> None:
     paths.feature_dir.mkdir(parents=True, exist_ok=True)
-    if layout == "hdf5":
-        import h5py
-
-        with h5py.File(paths.feature_hdf5, "w") as f:
-            for vid, frames in videos.items():
-                f.create_dataset(vid, data=frames)
-        return
-    names: list[str] = []
-    video2frames: dict[str, list[str]] = {}
-    with open(paths.bigfile("feature.bin"), "wb") as f:
-        for vid, frames in videos.items():
-            rows = [f"{vid}_{t}" for t in range(frames.shape[0])]
-            video2frames[vid] = rows
-            names.extend(rows)
-            f.write(np.ascontiguousarray(frames, dtype="<f4").tobytes())
-    dim = next(iter(videos.values())).shape[1]
-    paths.bigfile("id.txt").write_text(" ".join(names), encoding="utf-8")
-    paths.bigfile("shape.txt").write_text(f"{len(names)} {dim}", encoding="utf-8")
-    paths.bigfile("video2frames.txt").write_text(repr(video2frames), encoding="utf-8")
+    visual_format(layout).write(paths, videos)
 
 
 def generate_embedded_benchmark(
@@ -290,16 +272,16 @@ def generate_embedded_benchmark(
         Everything (maps, videos, queries, planted types) is a deterministic function of ``seed`` and ``spec``.
     spec : EmbeddedBenchmarkSpec
         Sizes and difficulty; the visual feature directory is ``spec.visual_feature``.
-    feature_layout : {"hdf5", "bigfile"}
-        Write ``feature.hdf5`` or the MS-SL BigFile (same features either way).
+    feature_layout : str
+        A registered visual-feature format (:mod:`~reference_models.holmes.data.visual_formats`): ``"hdf5"``
+        writes ``feature.hdf5``, ``"bigfile"`` the MS-SL BigFile (the same features either way).
 
     Returns
     -------
     pathlib.Path
         ``<root>/<collection>``.
     """
-    if feature_layout not in _LAYOUTS:
-        raise ValueError(f"feature_layout must be one of {_LAYOUTS}, got {feature_layout!r}")
+    visual_format(feature_layout)  # a registered format, or a ValueError naming them
     if not isinstance(spec, EmbeddedBenchmarkSpec):
         raise TypeError(f"spec must be an EmbeddedBenchmarkSpec, got {type(spec).__name__}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:

@@ -17,6 +17,7 @@ import numpy as np
 
 from reference_models.holmes.data.errors import DataValidationError
 from reference_models.holmes.data.layout import CollectionPaths, read_utf8_text
+from reference_models.holmes.data.visual_formats import VisualReader, detect_visual_format
 
 __all__ = [
     "HDF5Reader",
@@ -300,13 +301,9 @@ class BigFileReader(_PerProcessHandle):
         return self.visual_dim
 
 
-def open_visual_reader(
-    paths: CollectionPaths, video_ids: Sequence[str] | None = None
-) -> HDF5Reader | BigFileReader:
-    """The reader for whichever visual layout is present (``feature.hdf5`` is preferred).
+def open_visual_reader(paths: CollectionPaths, video_ids: Sequence[str] | None = None) -> VisualReader:
+    """The reader of whichever registered visual-feature format is present (``feature.hdf5`` is preferred).
 
     ``video_ids`` limits a BigFile reader to those videos (see :class:`BigFileReader`).
     """
-    if paths.visual_layout() == "hdf5":
-        return HDF5Reader(paths.feature_hdf5, kind="video")
-    return BigFileReader(paths, video_ids)
+    return detect_visual_format(paths).open_reader(paths, video_ids)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_models.holmes.data.errors import DataValidationError
+from reference_models.holmes.data.visual_formats import detect_visual_format
 
 __all__ = [
     "SPLITS",
@@ -68,20 +69,15 @@ class CollectionPaths:
         return self.feature_dir / name
 
     def visual_layout(self) -> str:
-        """``"hdf5"`` if ``feature.hdf5`` exists, else ``"bigfile"`` if ``feature.bin`` does.
+        """The name of the registered visual-feature format present (``"hdf5"`` before ``"bigfile"``; see
+        :mod:`reference_models.holmes.data.visual_formats`).
 
         Raises
         ------
         DataValidationError
-            When neither is present.
+            When none is present.
         """
-        if self.feature_hdf5.is_file():
-            return "hdf5"
-        if self.bigfile("feature.bin").is_file():
-            return "bigfile"
-        raise DataValidationError(
-            self.feature_dir, "missing visual features: neither feature.hdf5 nor feature.bin exists"
-        )
+        return detect_visual_format(self).name
 
 
 @dataclass(frozen=True)

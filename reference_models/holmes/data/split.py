@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from reference_models.engine.fingerprint import fingerprint_differences
 from reference_models.holmes.data.errors import DataValidationError
 from reference_models.holmes.data.features import BigFileReader, HDF5Reader, open_visual_reader
 from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_captions
@@ -125,7 +126,7 @@ class PRVRSplit:
         Collection, split, feature folder and text-feature file names, numbers of videos and captions, a
         SHA-256 of the caption ids in file order (the video ids follow from them), the feature sizes
         ``D_v`` / ``D_t`` and the clip, frame and token counts. A checkpoint stores it, so that a resume on
-        other data is refused (:func:`fingerprint_differences`).
+        other data is refused (:func:`reference_models.engine.fingerprint_differences`).
         """
         digest = hashlib.sha256("\n".join(self.caption_ids).encode("utf-8")).hexdigest()
         return {
@@ -237,25 +238,3 @@ def load_split(
         _visual=visual,
         _text=text,
     )
-
-
-def fingerprint_differences(
-    saved: dict[str, Any], current: dict[str, Any], label: str = "", sep: str = " "
-) -> list[str]:
-    """Human-readable differences between two nested dicts, e.g. ``"train videos 14 vs 12"``.
-
-    Each entry reads ``"<key> <saved> vs <current>"``, nested keys joined by ``sep``; a ``*_sha256`` key
-    is reported as ``"<key> differ"``. Used for data fingerprints and configs.
-    """
-    changes: list[str] = []
-    for key in list(saved) + [k for k in current if k not in saved]:
-        name = f"{label}{sep}{key}" if label else str(key)
-        old, new = saved.get(key, "(absent)"), current.get(key, "(absent)")
-        if isinstance(old, dict) and isinstance(new, dict):
-            changes.extend(fingerprint_differences(old, new, name, sep))
-        elif old != new:
-            if key.endswith("_sha256"):
-                changes.append(f"{name.removesuffix('_sha256')} differ")
-            else:
-                changes.append(f"{name} {old!r} vs {new!r}" if isinstance(old, str) else f"{name} {old} vs {new}")
-    return changes

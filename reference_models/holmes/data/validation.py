@@ -5,83 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from reference_models.holmes.data.errors import DataValidationError
-from reference_models.holmes.data.features import (
-    check_finite,
-    hdf5_dataset,
-    read_bigfile_header,
-    read_video2frames,
-)
+from reference_models.holmes.data.hdf5_format import check_hdf5_entries
 from reference_models.holmes.data.layout import SPLITS, Caption, CollectionPaths, read_captions
+from reference_models.holmes.data.visual_formats import detect_visual_format
 
 __all__ = ["validate_data_root", "video_overlap_warnings"]
 
-#: Bytes of ``feature.bin`` scanned for NaN/inf at a time.
-_SCAN_BYTES = 1 << 26
-
 _REQUIRED_SPLITS = ("train", "val")
-
-
-def _open_hdf5(path: Path):
-    import h5py
-
-    if not path.is_file():
-        raise DataValidationError(path, "missing file")
-    try:
-        return h5py.File(path, "r")
-    except OSError as exc:
-        raise DataValidationError(path, f"cannot open HDF5 file ({exc})") from None
-
-
-def _check_hdf5_entries(path: Path, keys: Sequence[str], what: str) -> int:
-    """Every key a non-empty numeric [n, D] dataset with one common D and finite values; returns D.
-
-    Shapes are checked first (metadata only), then every value is read once.
-    """
-    dim: int | None = None
-    first = ""
-    row_label = "token" if what == "caption" else "frame"
-    with _open_hdf5(path) as f:
-        for key in keys:
-            shape = hdf5_dataset(f, key, path, what).shape
-            if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
-                raise DataValidationError(path, f"{what} {key!r}: expected a non-empty [n, D] array, got shape {shape}")
-            if dim is None:
-                dim, first = int(shape[1]), key
-            elif shape[1] != dim:
-                raise DataValidationError(
-                    path, f"inconsistent dims: {what} {key!r} has D={shape[1]} but {first!r} has D={dim}"
-                )
-        for key in keys:
-            check_finite(np.asarray(f[key][...], dtype=np.float32), path, f"{what} {key!r}", row_label)
-    assert dim is not None
-    return dim
-
-
-def _check_bigfile_finite(paths: CollectionPaths, n_rows: int, dim: int, video_frames: Mapping[str, list[str]],
-                          name_to_row: Mapping[str, int], video_ids: Sequence[str]) -> None:
-    """Scan ``feature.bin`` in blocks for NaN/inf and name the first listed video that uses a bad row."""
-    path = paths.bigfile("feature.bin")
-    features = np.memmap(path, dtype=np.float32, mode="r", shape=(n_rows, dim))
-    try:
-        bad = np.zeros(n_rows, dtype=bool)
-        step = max(1, _SCAN_BYTES // (4 * dim))
-        for start in range(0, n_rows, step):
-            bad[start : start + step] = ~np.isfinite(features[start : start + step]).all(axis=1)
-        if not bad.any():
-            return
-        for vid in video_ids:
-            names = video_frames[vid]
-            rows = np.fromiter((name_to_row[n] for n in names), dtype=np.int64, count=len(names))
-            if bad[rows].any():
-                labels = [f"{name!r} (row {row})" for name, row in zip(names, rows.tolist())]
-                check_finite(np.array(features[rows]), path, f"video {vid!r}", "frame", labels)
-    finally:
-        mm = getattr(features, "_mmap", None)
-        if mm is not None:
-            mm.close()
 
 
 def video_overlap_warnings(
@@ -110,24 +41,6 @@ def video_overlap_warnings(
             f"{split} metrics may be optimistic"
         )
     return messages
-
-
-def _check_bigfile(paths: CollectionPaths, video_ids: Sequence[str]) -> int:
-    n_rows, dim, name_to_row = read_bigfile_header(paths)
-    v2f_path = paths.bigfile("video2frames.txt")
-    video_frames = read_video2frames(v2f_path)
-    id_path = paths.bigfile("id.txt")
-    for vid in video_ids:
-        names = video_frames.get(vid)
-        if names is None:
-            raise DataValidationError(v2f_path, f"video {vid!r} has no visual features")
-        if not names:
-            raise DataValidationError(v2f_path, f"video {vid!r} lists no frames")
-        for name in names:
-            if name not in name_to_row:
-                raise DataValidationError(id_path, f"frame {name!r} of video {vid!r} is not a row name")
-    _check_bigfile_finite(paths, n_rows, dim, video_frames, name_to_row, video_ids)
-    return dim
 
 
 def validate_data_root(
@@ -177,9 +90,6 @@ def validate_data_root(
     caption_ids = list(dict.fromkeys(c.caption_id for c in captions))
     video_ids = list(dict.fromkeys(c.video_id for c in captions))
 
-    _check_hdf5_entries(paths.text_features, caption_ids, "caption")
-    if paths.visual_layout() == "hdf5":
-        _check_hdf5_entries(paths.feature_hdf5, video_ids, "video")
-    else:
-        _check_bigfile(paths, video_ids)
+    check_hdf5_entries(paths.text_features, caption_ids, "caption")
+    detect_visual_format(paths).validate(paths, video_ids)
     return video_overlap_warnings(per_split, paths)

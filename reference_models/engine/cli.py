@@ -1,0 +1,245 @@
+"""Command-line helpers shared by every reference model: one-line errors (exit status 2), argument types that
+name what they expect, the run flags, the output folder's claim, strict JSON and plain-text tables.
+
+A reference model's ``main`` parses its arguments with an :class:`OneLineParser` and hands the chosen
+subcommand to :func:`run_main`, which turns every :class:`~reference_models.engine.errors.UserError` (and an
+``OSError`` on a named file) into one ``error: <message>`` line on standard error and exit status 2. A
+traceback means a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from reference_models.engine.checkpoint import atomic_write
+from reference_models.engine.errors import UserError
+from reference_models.engine.run_folder import OutputFolderError, existing_run_files
+
+__all__ = [
+    "EXIT_USER_ERROR",
+    "OneLineParser",
+    "int_at_least",
+    "positive_number",
+    "device_arg",
+    "add_device_arguments",
+    "add_output_arguments",
+    "add_run_arguments",
+    "claim_output_folder",
+    "read_json_file",
+    "run_main",
+    "print_line",
+    "user_message",
+    "write_text",
+    "write_json",
+    "finite_or_none",
+    "format_table",
+]
+
+#: Exit status of a problem the user can fix (one line on standard error, no traceback).
+EXIT_USER_ERROR = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on standard error (exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+# --- argument types: each names what it expects and what it got ---------------------------------------
+def int_at_least(minimum: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer ``>= minimum`` (``why`` is appended to the message when it is smaller)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}{why}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number ``> 0`` (a learning rate)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def device_arg(text: str) -> str:
+    """An argparse type: a device this machine has (``cpu``, ``cuda``/``cuda:N`` with CUDA, ``mps`` where available)."""
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a torch device: {text!r} (e.g. cpu, cuda, cuda:1)") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s), numbered from 0"
+            )
+    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise argparse.ArgumentTypeError(f"{text!r}: MPS is not available on this machine; use --device cpu")
+    return text
+
+
+# --- the run flags ----------------------------------------------------------------------------------
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--seed``, ``--num-workers`` and ``--no-progress``."""
+    parser.add_argument("--device", type=device_arg, default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of every generator and the batch order")
+    parser.add_argument("--num-workers", type=int_at_least(0), default=0, help="data-loader worker processes")
+    parser.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, default: Path) -> None:
+    """``--output-dir`` (default ``default``) and the exclusive ``--resume`` / ``--overwrite``."""
+    parser.add_argument("--output-dir", type=Path, default=default, help="checkpoints, log, results.json")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true", help="continue the run in <output-dir> from its last.pt")
+    again.add_argument("--overwrite", action="store_true",
+                       help="replace the run in <output-dir> (its checkpoints, log and results) with a new one")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, default_output: Path | str = "runs/train") -> None:
+    """Every flag of a training command: :func:`add_device_arguments`, ``--epochs``,
+    :func:`add_output_arguments` and ``--amp``."""
+    add_device_arguments(parser)
+    parser.add_argument("--epochs", type=int_at_least(1), help="override the preset's number of epochs")
+    add_output_arguments(parser, Path(default_output))
+    parser.add_argument("--amp", action="store_true", help="mixed precision (torch.autocast)")
+
+
+def claim_output_folder(out: Path, *, resume: bool, overwrite: bool) -> None:
+    """Refuse a folder that holds a run unless ``--resume`` or ``--overwrite`` says what to do with it."""
+    found = existing_run_files(out)
+    if not found or overwrite:
+        return
+    if not resume:
+        raise OutputFolderError(
+            f"--output-dir {out} already holds a run ({', '.join(found)}); add --resume to continue it or "
+            f"--overwrite to replace it"
+        )
+    if "last.pt" not in found and ({"best.pt", "results.json"} & set(found)):
+        raise OutputFolderError(
+            f"--output-dir {out} holds a run ({', '.join(found)}) but no last.pt to resume from; add --overwrite "
+            f"(instead of --resume) to replace it"
+        )
+
+
+def read_json_file(path: Path, flag: str) -> Any:
+    """The JSON value in the file ``path`` (UTF-8, a byte-order mark allowed), or a :class:`UserError` whose
+    one line names ``<flag> <path>`` and the problem (missing, a folder, not UTF-8, not JSON and where)."""
+    where = f"{flag} {path}"
+    if not path.exists():
+        raise UserError(f"{where}: no such file")
+    if path.is_dir():
+        raise UserError(f"{where}: is a folder, expected a JSON file")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+
+
+# --- running a subcommand ----------------------------------------------------------------------------
+def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run ``handler(args)``; a :class:`UserError` or an ``OSError`` on a named file becomes one
+    ``error: ...`` line on standard error and exit status 2. Returns the exit status."""
+    try:
+        return handler(args)
+    except UserError as exc:
+        print_line("error", user_message(exc))
+    except OSError as exc:  # reading or writing a named file failed (permissions, disk full, ...)
+        if exc.filename is None:
+            raise
+        print_line("error", f"{exc.filename}: {exc.strerror or exc}")
+    return EXIT_USER_ERROR
+
+
+def user_message(exc: UserError) -> str:
+    """The one-line message of a user error, phrased for the command line."""
+    from reference_models.engine.trainer import TrainingDivergedError
+
+    if isinstance(exc, TrainingDivergedError):
+        return f"loss became non-finite at epoch {exc.epoch} step {exc.step}; lower --lr (it is {exc.lr:g})"
+    return str(exc)
+
+
+def print_line(kind: str, message: str) -> None:
+    """``<kind>: <message>`` as exactly one line on standard error."""
+    text = re.sub(r"\s*[\r\n]+\s*", " ", str(message).strip())
+    print(f"{kind}: {text}", file=sys.stderr, flush=True)
+
+
+# --- output ---------------------------------------------------------------------------------------
+def finite_or_none(value: Any) -> Any:
+    """Standard JSON: NaN/inf (e.g. a precision of a type never identified) become ``None``; other NumPy
+    scalars become Python numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def write_text(path: str | Path, text: str, flag: str | None = None) -> None:
+    """Write ``text`` to ``path`` atomically; an OS error becomes a :class:`UserError` naming the file (and flag)."""
+    path = Path(path)
+    try:
+        atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+    except OSError as exc:
+        where = f"{flag} {path}" if flag else str(path)
+        raise UserError(f"{where}: cannot write it ({exc.strerror or exc})") from None
+
+
+def write_json(path: str | Path, data: dict[str, Any], flag: str | None = None) -> None:
+    """Strict JSON (NaN/inf as ``null``, sorted keys, indented), written atomically."""
+    text = json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
+    write_text(path, text, flag)
+
+
+def format_table(rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table: ``rows[0]`` is the header, then a rule; the first column left-aligned, the others right.
+
+    >>> print(format_table([["model", "SumR"], ["holmes", "297.6"]]))
+    model    SumR
+    ------  -----
+    holmes  297.6
+    """
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])

@@ -1,0 +1,35 @@
+"""The errors a user of a reference model can fix (a file, a flag or a value): :class:`UserError`, and
+:class:`DataValidationError` for a data file that is missing or holds inconsistent data.
+
+The command line of every reference model (:func:`reference_models.engine.run_main`) prints the one-line
+message of a :class:`UserError` as ``error: <message>`` on standard error and exits with status 2, without a
+traceback. Anything else that escapes is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UserError", "DataValidationError", "check_choice"]
+
+
+class UserError(Exception):
+    """A problem the user can fix; its message is one line naming the file, flag or value at fault."""
+
+
+class DataValidationError(UserError, ValueError):
+    """A data problem of any reference task, with a one-line message ``<path>: <problem>`` naming the file
+    (or folder) and what is wrong with it."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):
+        # Rebuilt from (path, problem), so the error survives pickling (e.g. out of a worker process).
+        return (type(self), (self.path, self.problem))
+
+
+def check_choice(value: object, name: str, choices: tuple[object, ...]) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices`` (a setting's options)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
