@@ -3,12 +3,14 @@
 Layers: :mod:`evidential_prvr.functional` holds pure tensor functions, one per equation of the papers
 it implements; this package exports the ``nn.Module`` wrappers (hyperparameters, presets, named
 outputs), the result dataclasses and the global validation switch; :mod:`evidential_prvr.presets`
-holds every paper and release constant; :mod:`evidential_prvr.metrics` the retrieval metrics and
-:mod:`evidential_prvr.probabilistic` the DAB and HUD modules.
+holds every paper and release constant; :mod:`evidential_prvr.metrics` the retrieval metrics,
+:mod:`evidential_prvr.probabilistic` the DAB and HUD modules and :mod:`evidential_prvr.distributed` the
+helpers of multi-process training.
 """
 
-from evidential_prvr import functional, metrics, presets, probabilistic
+from evidential_prvr import distributed, functional, metrics, presets, probabilistic, uncertainty
 from evidential_prvr._checks import default_validate_args, set_default_validate_args
+from evidential_prvr.functional._scores import max_similarity
 
 # Results of the functional layer
 from evidential_prvr.functional._evidence import Opinion
@@ -33,12 +35,22 @@ from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._base_losses import BaseRetrievalLoss, InfoNCELoss, QueryDiversityLoss, TripletRankingLoss
 from evidential_prvr._criterion import HolmesCriterion, HolmesLossDetails
 
+# Uncertainty at retrieval time: gallery opinions, query identification, selective confidences
+from evidential_prvr.uncertainty import (
+    GalleryIdentification,
+    GalleryQueryIdentifier,
+    GalleryUncertainty,
+    SelectiveConfidence,
+)
+
 __version__ = "1.0.0"
 
 __all__ = [
     # validation switch
     "set_default_validate_args",
     "default_validate_args",
+    # scores (Holmes Eq. 1)
+    "max_similarity",
     # inter-video
     "QueryType",
     "UncertaintyGuidedIdentifier",
@@ -65,26 +77,16 @@ __all__ = [
     "TripletRankingLoss",
     "HolmesCriterion",
     "HolmesLossDetails",
-    # submodules
-    "functional",
-    "metrics",
-    "presets",
-    "probabilistic",
-]
-
-# Uncertainty at retrieval time: gallery opinions, query identification, selective confidences
-from evidential_prvr import uncertainty
-from evidential_prvr.uncertainty import (
-    GalleryIdentification,
-    GalleryQueryIdentifier,
-    GalleryUncertainty,
-    SelectiveConfidence,
-)
-
-__all__ += [
+    # uncertainty at retrieval time
     "GalleryUncertainty",
     "GalleryQueryIdentifier",
     "GalleryIdentification",
     "SelectiveConfidence",
+    # submodules
+    "distributed",
+    "functional",
+    "metrics",
+    "presets",
+    "probabilistic",
     "uncertainty",
 ]

@@ -10,31 +10,52 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import TypeVar
 
+import torch
+
+from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr.distributed import is_distributed
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS
+from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
+from evidential_prvr._overrides import (
+    module_from_settings,
+    settings_from_preset,
+    settings_keywords,
+    settings_properties,
+    settings_repr,
+)
 from evidential_prvr.functional._retrieval_losses import (
     NCE_VIDEO_TO_TEXT,
     VIDEO_NEGATIVES,
     BaseRetrievalLossDetails,
-    base_retrieval_loss,
-    check_base_loss_settings,
+    BASE_RETRIEVAL_FIELDS,
+    BaseRetrievalSettings,
     info_nce_loss,
     query_diversity_loss,
+    run_base_retrieval_loss,
     triplet_ranking_loss,
 )
-from evidential_prvr.presets import apply_overrides, holmes_settings
+from evidential_prvr.functional._dirichlet_loss import reduce_rows
+from evidential_prvr.presets import apply_overrides, module_settings
+
+T = TypeVar("T")
 
 __all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss"]
 
 
-def _base_settings(preset: str, dataset: str | None, owner: str):
-    return holmes_settings(preset, dataset).require("base", f"{owner}.from_preset({preset!r})")
+def _from_base_section(cls: type[T], preset: str, dataset: str | None, overrides: dict[str, object],
+                       fields: dict[str, str], **fixed: object) -> T:
+    """``cls`` built from the preset's ``base`` section: ``fields`` maps constructor arguments to section
+    fields, ``fixed`` gives further arguments (``reduction="mean"`` and ``validate_args=None`` always);
+    ``overrides`` replace any of them."""
+    base = module_settings(preset, dataset).require("base", f"{cls.__name__}.from_preset({preset!r})")
+    kwargs = {arg: getattr(base, field) for arg, field in fields.items()}
+    kwargs.update(fixed, reduction="mean", validate_args=None, distributed=False)
+    return cls(**apply_overrides(kwargs, overrides, cls.__name__))
 
 
-class TripletRankingLoss(nn.Module):
+class TripletRankingLoss(_ReducedLoss):
     """Bidirectional in-batch triplet ranking loss (Holmes App. B.1); ``forward`` is one call of
     :func:`~evidential_prvr.functional.triplet_ranking_loss`.
 
@@ -61,35 +82,37 @@ class TripletRankingLoss(nn.Module):
         video_negative: str = "hardest",
         reduction: str = "mean",
         validate_args: bool | None = None,
+        distributed: bool = False,
     ) -> None:
-        super().__init__()
         check_positive(margin, "margin")
         check_positive_int(hard_negative_topk, "hard_negative_topk")
         check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-        check_choice(reduction, "reduction", REDUCTIONS)
+        super().__init__(reduction, validate_args)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
         self.video_negative = video_negative
-        self.reduction = reduction
-        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> TripletRankingLoss:
         """Margin, hard-negative pool and video negative of a preset (a ``dataset`` is needed)."""
-        base = _base_settings(preset, dataset, cls.__name__)
-        kwargs = dict(margin=base.margin, hard_negative_topk=base.hard_negative_topk, use_hard_negatives=False,
-                      video_negative=base.video_negative, reduction="mean", validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        return _from_base_section(cls, preset, dataset, overrides, {"margin": "margin",
+                                  "hard_negative_topk": "hard_negative_topk", "video_negative": "video_negative"},
+                                  use_hard_negatives=False)
 
     def forward(
         self, sim: torch.Tensor, query_video: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """Loss of a ``[Q, V]`` score matrix and its positives ``query_video`` (``[Q]`` or ``[Q, V]``)."""
-        return triplet_ranking_loss(
-            sim, query_video, self.margin, self.hard_negative_topk if self.use_hard_negatives else None, generator,
-            video_negative=self.video_negative, reduction=self.reduction, validate_args=self.validate_args,
-        )
+        """Loss of a ``[Q, V]`` score matrix and its positives ``query_video`` (``[Q]`` or ``[Q, V]``); with
+        ``distributed=True`` this rank's rows ``[Q_r, V_global]`` (the negatives of the global batch, drawn
+        as the single process draws them)."""
+        with shared_gathers():
+            sim, query_video = batch_rows(self.distributed, type(self).__name__, sim, query_video)
+            return triplet_ranking_loss(
+                sim, query_video, self.margin, self.hard_negative_topk if self.use_hard_negatives else None,
+                generator, video_negative=self.video_negative, reduction=self.reduction,
+                validate_args=self.validate_args)
 
     def extra_repr(self) -> str:
         return (
@@ -98,7 +121,7 @@ class TripletRankingLoss(nn.Module):
         )
 
 
-class InfoNCELoss(nn.Module):
+class InfoNCELoss(_ReducedLoss):
     """Bidirectional InfoNCE over unnormalised scores (Holmes App. B.1); ``forward`` is one call of
     :func:`~evidential_prvr.functional.info_nce_loss`.
 
@@ -116,31 +139,30 @@ class InfoNCELoss(nn.Module):
     """
 
     def __init__(self, video_to_text: str = "release", reduction: str = "mean",
-                 validate_args: bool | None = None) -> None:
-        super().__init__()
+                 validate_args: bool | None = None, distributed: bool = False) -> None:
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
-        check_choice(reduction, "reduction", REDUCTIONS)
+        super().__init__(reduction, validate_args)
         self.video_to_text = video_to_text
-        self.reduction = reduction
-        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> InfoNCELoss:
         """The video→text form of a preset (a ``dataset`` is needed)."""
-        base = _base_settings(preset, dataset, cls.__name__)
-        kwargs = dict(video_to_text=base.nce_video_to_text, reduction="mean", validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        return _from_base_section(cls, preset, dataset, overrides, {"video_to_text": "nce_video_to_text"})
 
     def forward(self, sim: torch.Tensor, query_video: torch.Tensor) -> torch.Tensor:
-        """Loss of a ``[Q, V]`` logit matrix and its positives ``query_video`` (``[Q]`` or ``[Q, V]``)."""
-        return info_nce_loss(sim, query_video, video_to_text=self.video_to_text, reduction=self.reduction,
-                             validate_args=self.validate_args)
+        """Loss of a ``[Q, V]`` logit matrix and its positives ``query_video`` (``[Q]`` or ``[Q, V]``); with
+        ``distributed=True`` this rank's rows ``[Q_r, V_global]``."""
+        with shared_gathers():
+            sim, query_video = batch_rows(self.distributed, type(self).__name__, sim, query_video)
+            return info_nce_loss(sim, query_video, video_to_text=self.video_to_text, reduction=self.reduction,
+                                 validate_args=self.validate_args)
 
     def extra_repr(self) -> str:
         return f"video_to_text={self.video_to_text!r}"
 
 
-class QueryDiversityLoss(nn.Module):
+class QueryDiversityLoss(_ReducedLoss):
     """Query-diversity loss over the queries of the same video (Holmes Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.query_diversity_loss`.
 
@@ -158,36 +180,44 @@ class QueryDiversityLoss(nn.Module):
     """
 
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: str = "mean",
-                 validate_args: bool | None = None) -> None:
-        super().__init__()
+                 validate_args: bool | None = None, distributed: bool = False) -> None:
         check_positive(alpha, "alpha")
         check_in_range(delta, "delta", -2.0, 2.0)
         check_in_range(lam, "lam", 0.0, 64.0)
-        check_choice(reduction, "reduction", REDUCTIONS)
+        super().__init__(reduction, validate_args)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
-        self.reduction = reduction
-        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> QueryDiversityLoss:
         """α, δ and λ of a preset (the release's ``neg_factor``; a ``dataset`` is needed)."""
-        base = _base_settings(preset, dataset, cls.__name__)
-        kwargs = dict(alpha=base.div_alpha, delta=base.div_delta, lam=base.div_lambda, reduction="mean",
-                      validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        return _from_base_section(cls, preset, dataset, overrides,
+                                  {"alpha": "div_alpha", "delta": "div_delta", "lam": "div_lambda"})
 
     def forward(self, query_emb: torch.Tensor, query_video: torch.Tensor) -> torch.Tensor:
-        """Loss of query embeddings ``[Q, d]`` grouped by ``query_video`` (``[Q]`` or ``[Q, V]``)."""
-        return query_diversity_loss(query_emb, query_video, self.alpha, self.delta, self.lam,
-                                    reduction=self.reduction, validate_args=self.validate_args)
+        """Loss of query embeddings ``[Q, d]`` grouped by ``query_video`` (``[Q]`` or ``[Q, V]``). With
+        ``distributed=True`` each rank passes its own queries (a video's captions on one rank): the terms
+        stay local and the reduction is over the global batch."""
+        if not (self.distributed and is_distributed()):
+            warn_per_rank(type(self).__name__)
+            return query_diversity_loss(query_emb, query_video, self.alpha, self.delta, self.lam,
+                                        reduction=self.reduction, validate_args=self.validate_args)
+        rows = query_diversity_loss(query_emb, query_video, self.alpha, self.delta, self.lam, reduction="none",
+                                    validate_args=self.validate_args)
+        with shared_gathers():
+            return reduce_rows(lift_rows(rows, "queries"), self.reduction)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, delta={self.delta}, lam={self.lam}"
 
 
-class BaseRetrievalLoss(nn.Module):
+@settings_properties(BaseRetrievalSettings)
+class BaseRetrievalLoss(_SettingsLoss):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.base_retrieval_loss`.
+
+    The hyperparameters are keyword-only, the fields of its :meth:`settings`, also readable and
+    assignable as attributes.
 
     Parameters
     ----------
@@ -211,6 +241,10 @@ class BaseRetrievalLoss(nn.Module):
         Applied to every term.
     validate_args : bool, optional
         Value checks of the inputs (host synchronisations).
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores against
+        every video of the global batch ``[Q_r, V_global]`` and global video indices; the triplet and
+        InfoNCE terms run over the global batch, L_div over the rank's own queries.
 
     Examples
     --------
@@ -225,64 +259,40 @@ class BaseRetrievalLoss(nn.Module):
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
 
-    def __init__(
-        self,
-        margin: float = 0.2,
-        frame_nce_weight: float = 0.04,
-        clip_nce_weight: float = 0.02,
-        div_weight: float = 0.003,
-        div_alpha: float = 32.0,
-        div_delta: float = 0.2,
-        div_lambda: float = 1.0,
-        hard_negative_topk: int = 20,
-        use_hard_negatives: bool = False,
-        video_negative: str = "hardest",
-        nce_video_to_text: str = "release",
-        reduction: str = "mean",
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__()
-        check_base_loss_settings(margin, frame_nce_weight, clip_nce_weight, div_weight, div_alpha, div_delta,
-                                 div_lambda, hard_negative_topk, video_negative, nce_video_to_text, reduction)
-        self.margin = float(margin)
-        self.frame_nce_weight = float(frame_nce_weight)
-        self.clip_nce_weight = float(clip_nce_weight)
-        self.div_weight = float(div_weight)
-        self.div_alpha = float(div_alpha)
-        self.div_delta = float(div_delta)
-        self.div_lambda = float(div_lambda)
-        self.hard_negative_topk = hard_negative_topk
+    @settings_keywords(BaseRetrievalSettings, fields=(*BASE_RETRIEVAL_FIELDS, "hard_negative_topk"))
+    def __init__(self, *, settings: BaseRetrievalSettings, use_hard_negatives: bool = False, reduction: str = "mean",
+                 validate_args: bool | None = None, distributed: bool = False) -> None:
+        super().__init__(settings, reduction, validate_args)
         self.use_hard_negatives = bool(use_hard_negatives)
-        self.video_negative = video_negative
-        self.nce_video_to_text = nce_video_to_text
-        self.reduction = reduction
-        self.validate_args = validate_args
+        self.distributed = bool(distributed)
+
+    @classmethod
+    def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,
+                      reduction: str = "mean", validate_args: bool | None = None,
+                      distributed: bool = False) -> BaseRetrievalLoss:
+        """The loss of a ``BaseRetrievalSettings`` (e.g. ``BaseRetrievalSettings.from_sections`` of a
+        registry entry)."""
+        return module_from_settings(cls, BaseRetrievalSettings, settings, use_hard_negatives=use_hard_negatives,
+                                    reduction=reduction, validate_args=validate_args, distributed=distributed)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> BaseRetrievalLoss:
-        """Margin, InfoNCE and L_div weights and settings of a preset (a ``dataset`` is needed: the paper
-        takes them from its code, App. A.1)."""
-        settings = holmes_settings(preset, dataset)
+        """Margin, InfoNCE and L_div weights and settings of a preset (the paper takes them from its code,
+        App. A.1; ``dataset=None``: TVR's). ``overrides``: the constructor's arguments."""
+        sections = module_settings(preset, dataset)
         owner = f"{cls.__name__}.from_preset({preset!r})"
-        base, weights = settings.require("base", owner), settings.require("weights", owner)
-        kwargs = dict(margin=base.margin, frame_nce_weight=weights.nce_frame, clip_nce_weight=weights.nce_clip,
-                      div_weight=weights.div, div_alpha=base.div_alpha, div_delta=base.div_delta,
-                      div_lambda=base.div_lambda, hard_negative_topk=base.hard_negative_topk,
-                      use_hard_negatives=False, video_negative=base.video_negative,
-                      nce_video_to_text=base.nce_video_to_text, reduction="mean", validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        preset_settings = BaseRetrievalSettings.from_sections(sections.require("base", owner),
+                                                              sections.require("weights", owner))
+        return settings_from_preset(cls, preset_settings, overrides,
+                                    ("use_hard_negatives", "reduction", "validate_args", "distributed"))
 
-    def settings(self) -> dict[str, object]:
-        """The keyword arguments of :func:`~evidential_prvr.functional.base_retrieval_loss` this module passes."""
-        return dict(margin=self.margin, frame_nce_weight=self.frame_nce_weight, clip_nce_weight=self.clip_nce_weight,
-                    div_weight=self.div_weight, div_alpha=self.div_alpha, div_delta=self.div_delta,
-                    div_lambda=self.div_lambda,
-                    hard_negative_topk=self.hard_negative_topk if self.use_hard_negatives else None,
-                    video_negative=self.video_negative, nce_video_to_text=self.nce_video_to_text,
-                    reduction=self.reduction)
+    def settings(self) -> BaseRetrievalSettings:
+        """The loss's settings (frozen); ``hard_negative_topk`` is used once hard negatives are on."""
+        return self._settings
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
+        return (f"{settings_repr(self._settings)}, use_hard_negatives={self.use_hard_negatives}, "
+                f"reduction={self.reduction!r}")
 
     def forward(
         self,
@@ -295,9 +305,25 @@ class BaseRetrievalLoss(nn.Module):
         clip_logits: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         return_details: bool = False,
+        hard_negatives: bool | None = None,
     ) -> torch.Tensor | BaseRetrievalLossDetails:
         """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings ``[Q, d]`` and the
-        positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given. Details on request."""
-        return base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, frame_logits=frame_logits,
-                                   clip_logits=clip_logits, **self.settings(), generator=generator,
-                                   return_details=return_details, validate_args=self.validate_args)
+        positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given. Details on request.
+        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
+        :class:`~evidential_prvr.HolmesCriterion` applies its schedule)."""
+        hard = self.use_hard_negatives if hard_negatives is None else bool(hard_negatives)
+        diversity = None
+        with shared_gathers():
+            if self.distributed and is_distributed():
+                # L_div pairs the captions of one video: computed on this rank's queries, lifted to the global batch
+                s = self._settings
+                diversity = lift_rows(query_diversity_loss(query_emb, query_video, s.div_alpha, s.div_delta,
+                                                           s.div_lambda, reduction="none",
+                                                           validate_args=self.validate_args), "queries")
+            frame_sim, clip_sim, query_video, frame_logits, clip_logits = batch_rows(
+                self.distributed, type(self).__name__, frame_sim, clip_sim, query_video, frame_logits, clip_logits)
+            return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, self._settings,
+                                           hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
+                                           generator=generator, reduction=self.reduction,
+                                           return_details=return_details, validate_args=self.validate_args,
+                                           diversity=diversity)

@@ -130,6 +130,17 @@ def check_square(x: torch.Tensor, name: str) -> None:
         )
 
 
+def check_square_scores(x: object, name: str, validate_args: bool | None) -> None:
+    """Raise unless ``x`` is a non-empty, floating, square ``[B, B]`` score or cost matrix (positives on the
+    diagonal) that is finite (finiteness only with validation on: a host synchronisation)."""
+    check_tensor(x, name, ndim=2, floating=True)
+    assert isinstance(x, torch.Tensor)
+    check_square(x, name)
+    check_nonempty(x, name)
+    if should_validate(validate_args):
+        check_finite(x, name)
+
+
 def set_default_validate_args(value: bool) -> None:
     """Switch argument validation on or off for every function and module that is not told otherwise.
 

@@ -7,7 +7,10 @@ start of every epoch, and pass it the tensors such a codebase already has. See :
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,14 +19,23 @@ from torch import nn
 from evidential_prvr._base_losses import BaseRetrievalLoss
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
+from evidential_prvr._distributed import set_sizes, shared_gathers, warn_per_rank
+from evidential_prvr.distributed import is_distributed, rank_offset
+from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
-from evidential_prvr.functional._inter_video import InterVideoLossDetails, inter_video_loss
+from evidential_prvr._overrides import reject_unknown
+from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
-from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetails, base_retrieval_loss
-from evidential_prvr.presets import holmes_settings
+from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetails, BaseRetrievalSettings
+from evidential_prvr.functional._scores import check_score_pair_shapes
+from evidential_prvr.presets import module_settings
 
-__all__ = ["HolmesCriterion", "HolmesLossDetails"]
+_LOG = logging.getLogger("evidential_prvr")
+SCHEDULE_SWITCHES = ("warmup_stage_epochs", "hard_negative_epoch")
+"""The two schedule switches of :class:`HolmesCriterion` (``from_preset(schedule={...})`` takes them)."""
+
+__all__ = ["HolmesCriterion", "HolmesLossDetails", "scaled_switch_epoch"]
 
 
 @dataclass
@@ -74,6 +86,35 @@ class HolmesLossDetails:
     intra_details: IntraVideoLossDetails | None
 
 
+def scaled_switch_epoch(switch: int, epochs: int, release_epochs: int) -> int:
+    """A preset's switch epoch mapped onto a schedule of ``epochs`` epochs, in proportion to the
+    preset's own ``release_epochs``.
+
+    The result is ``switch * epochs / release_epochs`` rounded to the nearest integer (halves up), and at
+    least 1 when the preset's switch is after epoch 0, so the first epoch stays in the warm-up stage as in
+    the release. E.g. the release's switch at epoch 20 of 100 becomes epoch 1 of 6, 6 of 30, 10 of 50.
+
+    Examples
+    --------
+    >>> from evidential_prvr._criterion import scaled_switch_epoch
+    >>> [scaled_switch_epoch(20, n, 100) for n in (1, 6, 30, 50, 100, 200)]
+    [1, 1, 6, 10, 20, 40]
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.4 and §4.2 (the two-stage schedule, 20 of 100 epochs).
+    """
+    if switch <= 0:
+        return 0
+    return max(1, math.floor(switch * epochs / release_epochs + 0.5))
+
+
+def _check_epoch_count(value: object, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return value
+
+
 def _as_query_video(query_video: object, device: torch.device) -> torch.Tensor:
     """A tensor of the positives; a list of ints (the release's ``text_labels``) becomes a LongTensor."""
     if isinstance(query_video, torch.Tensor):
@@ -85,6 +126,30 @@ def _as_query_video(query_video: object, device: torch.device) -> torch.Tensor:
     raise TypeError(f"query_video must be a tensor or a list of ints, got {type(query_video).__name__}")
 
 
+def _check_clip_emb(frame_sim: torch.Tensor, clip_sim: torch.Tensor, clip_emb: object) -> None:
+    """``clip_emb [V, Mc, d]`` must hold the videos of the score columns; say how to fix it otherwise."""
+    check_tensor(clip_emb, "clip_emb", ndim=3, floating=True)
+    assert isinstance(clip_emb, torch.Tensor)
+    num_queries, num_videos = frame_sim.shape
+    if clip_emb.shape[0] == num_videos:
+        return
+    if num_videos == num_queries:
+        raise ValueError(
+            f"frame_sim and clip_sim are square {tuple(frame_sim.shape)} while clip_emb holds {clip_emb.shape[0]} "
+            f"videos: the scores must be [num_queries, num_videos] = [{num_queries}, {clip_emb.shape[0]}]. A "
+            f"caption × caption matrix (MS-SL's training scores) scores no other video; compute the scores with "
+            f"evidential_prvr.max_similarity(query_emb, frame_emb, frame_mask) and (..., clip_emb, clip_mask)"
+        )
+    raise ValueError(
+        f"clip_emb must be [num_videos, Mc, d] with num_videos = {num_videos} (the columns of frame_sim), got "
+        f"shape {tuple(clip_emb.shape)}"
+    )
+
+
+_PARTS: dict[str, type] = {"base": BaseRetrievalLoss, "inter": EvidentialRetrievalLoss,
+                           "intra": IntraVideoEvidentialLoss}
+
+
 class HolmesCriterion(nn.Module):
     """The Holmes training objective with its schedule (Holmes Eq. 21, §3.4).
 
@@ -92,9 +157,20 @@ class HolmesCriterion(nn.Module):
 
         L = L_{base} + w_{inter} L_{inter} + w_{intra} L_{intra}.
 
+    **Parts.** ``forward`` calls the ``forward`` of its three parts, ``self.base``, ``self.inter`` and
+    ``self.intra``; replacing one (``criterion.inter = MyLoss()``, or a subclass passed to the constructor
+    or to ``from_preset``) changes the total. What the parts share is computed once and passed: the
+    positives (as a tensor), the stage (``calibrate=`` of ``inter``), the hard-negative switch
+    (``hard_negatives=`` of ``base``) and the grouped intra-video batch. A replacement part takes the
+    same arguments as the module it replaces and returns a tensor or its details dataclass (with a
+    ``loss``).
+
     **Schedule.** Call :meth:`set_epoch` (0-based) before each epoch. In the first
     ``warmup_stage_epochs`` epochs L_inter runs without label calibration and L_intra is off; from
-    then on both are on (Holmes §3.4). Hard triplet negatives start at ``hard_negative_epoch``.
+    then on both are on (Holmes §3.4). Hard triplet negatives start at ``hard_negative_epoch``. The
+    release switches both at epoch 20 of 100, for every data set; ``from_preset(..., schedule=...)``
+    maps them onto a shorter run. Each change of stage or of the negatives is logged at INFO on the
+    logger ``"evidential_prvr"`` (once per change), and ``details.stage`` says the stage of a batch.
 
     Parameters
     ----------
@@ -108,9 +184,18 @@ class HolmesCriterion(nn.Module):
     inter_weight, intra_weight : float
         :math:`w_{inter}`, :math:`w_{intra}` (the release's ``loss_factor[4]`` and ``[3]``).
     warmup_stage_epochs : int
-        Epochs of the first stage.
+        Epochs of the first stage (the first epoch of stage 2, 0-based).
     hard_negative_epoch : int
-        First epoch with hard triplet negatives.
+        First epoch with hard triplet negatives (a codebase's ``hard_negative_start_epoch``).
+    total_epochs : int, optional
+        The caller's number of epochs, when known: a switch at or beyond it warns once (that part of
+        Holmes would never run).
+    distributed : bool
+        Multi-process training under ``DistributedDataParallel`` (:doc:`/guide/distributed`): each rank
+        passes its queries' scores against every video of the global batch ``[Q_r, V_global]``, global
+        video indices, its queries' embeddings and its own videos' clip embeddings; the loss is the
+        single-process loss of the global batch on every rank. The parts of this package must be built
+        with the same ``distributed`` (``from_preset(..., distributed=True)`` does it).
 
     Examples
     --------
@@ -141,22 +226,31 @@ class HolmesCriterion(nn.Module):
         intra_weight: float = 0.8,
         warmup_stage_epochs: int = 20,
         hard_negative_epoch: int = 20,
+        total_epochs: int | None = None,
+        distributed: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(base, BaseRetrievalLoss):
-            raise TypeError(f"base must be a BaseRetrievalLoss, got {type(base).__name__}")
-        if inter is not None and not isinstance(inter, EvidentialRetrievalLoss):
-            raise TypeError(f"inter must be an EvidentialRetrievalLoss or None, got {type(inter).__name__}")
-        if intra is not None and not isinstance(intra, IntraVideoEvidentialLoss):
-            raise TypeError(f"intra must be an IntraVideoEvidentialLoss or None, got {type(intra).__name__}")
-        for name, module in (("base", base), ("inter", inter), ("intra", intra)):
-            if module is not None and module.reduction == "none":
+        for name, module, optional in (("base", base, False), ("inter", inter, True), ("intra", intra, True)):
+            if module is None and optional:
+                continue
+            own = _PARTS[name]
+            if not isinstance(module, nn.Module) or (
+                    not isinstance(module, own) and isinstance(module, tuple(_PARTS.values()))):
+                kind = "an nn.Module" + (" or None" if optional else "")
+                raise TypeError(f"{name} must be {kind} with the forward of {own.__name__} (a subclass, or a module "
+                                f"taking the same arguments), got {type(module).__name__}")
+            if getattr(module, "reduction", "mean") == "none":
                 raise ValueError(f"{name} must reduce to a scalar (reduction 'mean' or 'sum'), got 'none'")
+            if getattr(module, "distributed", bool(distributed)) != bool(distributed):
+                raise ValueError(f"{name}.distributed is {module.distributed} but the criterion's distributed is "
+                                 f"{bool(distributed)}: build the parts with distributed={bool(distributed)} (or use "
+                                 f"from_preset(..., distributed={bool(distributed)}))")
         check_in_range(inter_weight, "inter_weight", 0.0, float("inf"), high_inclusive=False)
         check_in_range(intra_weight, "intra_weight", 0.0, float("inf"), high_inclusive=False)
-        for name, value in (("warmup_stage_epochs", warmup_stage_epochs), ("hard_negative_epoch", hard_negative_epoch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+        _check_epoch_count(warmup_stage_epochs, "warmup_stage_epochs", 0)
+        _check_epoch_count(hard_negative_epoch, "hard_negative_epoch", 0)
+        if total_epochs is not None:
+            _check_epoch_count(total_epochs, "total_epochs", 1)
         self.base = base
         self.inter = inter
         self.intra = intra
@@ -164,45 +258,101 @@ class HolmesCriterion(nn.Module):
         self.intra_weight = float(intra_weight)
         self.warmup_stage_epochs = warmup_stage_epochs
         self.hard_negative_epoch = hard_negative_epoch
+        self.total_epochs = total_epochs
+        self.distributed = bool(distributed)
         self.epoch = 0
+        self._reported: tuple[int, bool] | None = None
+        if total_epochs is not None:
+            self._warn_beyond_schedule(total_epochs)
+
+    def _warn_beyond_schedule(self, total_epochs: int) -> None:
+        late = [f"{what} starts at epoch {epoch} (0-based)" for what, epoch, on in (
+            ("stage 2 (label calibration and L_intra)", self.warmup_stage_epochs,
+             self.inter is not None or self.intra is not None),
+            ("hard triplet negatives", self.hard_negative_epoch, True)) if on and epoch >= total_epochs]
+        if late:
+            warnings.warn(
+                f"HolmesCriterion: {' and '.join(late)}, beyond a schedule of {total_epochs} epochs, so it never "
+                f"runs; pass schedule={total_epochs} to from_preset (the preset's switches scaled to your run) or "
+                f"set warmup_stage_epochs= / hard_negative_epoch=", UserWarning, stacklevel=3)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> HolmesCriterion:
-        """The whole objective of a preset: ``"release"`` (``dataset`` = ``"tvr"``, ``"activitynet"`` /
-        ``"act"`` or ``"charades"`` / ``"cha"``) or ``"paper"`` (a ``dataset`` is needed for the weights).
+    def from_preset(
+        cls,
+        preset: str,
+        dataset: str | None = None,
+        *,
+        schedule: int | Mapping[str, int] | None = None,
+        **overrides: object,
+    ) -> HolmesCriterion:
+        """The whole objective of a preset: ``"release"`` or ``"paper"`` (the paper takes its loss weights
+        and schedule from the release).
 
-        ``overrides``: ``base``, ``inter``, ``intra`` (modules, or ``None`` to drop a term),
-        ``inter_weight``, ``intra_weight``, ``warmup_stage_epochs``, ``hard_negative_epoch``, and
-        ``validate_args`` (applied to the three default losses). Anything else raises ``TypeError``.
+        Parameters
+        ----------
+        preset : {"release", "paper"}
+            Which constants (see :func:`evidential_prvr.presets.holmes_settings`).
+        dataset : {"tvr", "activitynet", "charades", "act", "cha"}, optional
+            ``None`` takes the TVR settings; for a data set of one's own, pass ``None`` or
+            ``evidential_prvr.presets.closest_dataset(captions_per_video)``.
+        schedule : int or dict, optional
+            An ``int``: the caller's number of epochs; both switches of the preset (20 of 100 epochs in
+            the release) are mapped onto it in proportion (``switch * schedule / preset_epochs`` to the
+            nearest epoch, halves up, at least 1; 20 of 100 becomes 1 of 6, 6 of 30, 10 of 50), and a switch that still lies beyond it warns. A mapping
+            ``{"warmup_stage_epochs": a, "hard_negative_epoch": b}`` (either key) sets the switches.
+            ``None``: the preset's own.
+        overrides
+            ``base``, ``inter``, ``intra`` (modules, or ``None`` to drop a term), ``inter_weight``,
+            ``intra_weight``, ``warmup_stage_epochs``, ``hard_negative_epoch``, ``validate_args``
+            and ``distributed`` (applied to the criterion and its three default losses). Anything else
+            raises ``TypeError``.
         """
-        settings = holmes_settings(preset, dataset)
         owner = f"{cls.__name__}.from_preset({preset!r})"
-        weights, schedule = settings.require("weights", owner), settings.require("schedule", owner)
-        allowed = {"base", "inter", "intra", "inter_weight", "intra_weight", "warmup_stage_epochs",
-                   "hard_negative_epoch", "validate_args"}
-        unknown = sorted(set(overrides) - allowed)
-        if unknown:
-            raise TypeError(f"{owner} got unexpected override(s) {', '.join(map(repr, unknown))}; "
-                            f"accepted: {', '.join(sorted(allowed))}")
+        reject_unknown(overrides, ("base", "inter", "intra", "inter_weight", "intra_weight", *SCHEDULE_SWITCHES,
+                                   "validate_args", "distributed"), cls.__name__)
+        sections = module_settings(preset, dataset)
+        weights, preset_schedule = sections.require("weights", owner), sections.require("schedule", owner)
+        switches = {name: getattr(preset_schedule, name) for name in SCHEDULE_SWITCHES}
+        total_epochs = None
+        if isinstance(schedule, Mapping):
+            reject_unknown(schedule, SCHEDULE_SWITCHES, f"{cls.__name__}(schedule=...)")
+            switches.update(schedule)
+        elif schedule is not None:
+            total_epochs = _check_epoch_count(schedule, "schedule", 1)
+            switches = {name: scaled_switch_epoch(epoch, total_epochs, preset_schedule.epochs)
+                        for name, epoch in switches.items()}
+        for name in SCHEDULE_SWITCHES:
+            if name in overrides and isinstance(schedule, Mapping) and name in schedule:
+                raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
         validate = overrides.pop("validate_args", None)
-        defaults: dict[str, object] = {
-            "base": BaseRetrievalLoss.from_preset(preset, dataset, validate_args=validate),
-            "inter": EvidentialRetrievalLoss.from_preset(preset, dataset, validate_args=validate),
-            "intra": IntraVideoEvidentialLoss.from_preset(preset, dataset, validate_args=validate),
-            "inter_weight": weights.inter,
-            "intra_weight": weights.intra,
-            "warmup_stage_epochs": schedule.warmup_stage_epochs,
-            "hard_negative_epoch": schedule.hard_negative_epoch,
-        }
-        defaults.update(overrides)
-        base = defaults.pop("base")
-        return cls(base, defaults.pop("inter"), defaults.pop("intra"), **defaults)  # type: ignore[arg-type]
+        distributed = bool(overrides.pop("distributed", False))
+        common = {"validate_args": validate, "distributed": distributed}
+        parts: dict[str, object] = {}
+        if "base" not in overrides:
+            parts["base"] = BaseRetrievalLoss.from_settings(
+                BaseRetrievalSettings.from_sections(sections.require("base", owner), weights), **common)
+        if "inter" not in overrides:
+            parts["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, **common)
+        if "intra" not in overrides:
+            parts["intra"] = IntraVideoEvidentialLoss.from_settings(
+                sections.intra, FlexibleOT.from_settings(sections.transport), **common)
+        options: dict[str, object] = {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches,
+                                      **parts, **overrides}
+        base = options.pop("base")
+        return cls(base, options.pop("inter"), options.pop("intra"), total_epochs=total_epochs,  # type: ignore[arg-type]
+                   distributed=distributed, **options)  # type: ignore[arg-type]
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the stage and the triplet negatives for ``epoch`` (0-based)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
-        self.epoch = epoch
+        """Select the stage and the triplet negatives for ``epoch`` (0-based); a change is logged at INFO."""
+        self.epoch = _check_epoch_count(epoch, "epoch", 0)
+        state = (self.stage, self.hard_negatives)
+        if state != self._reported:
+            self._reported = state
+            what = ("stage 1 of 2: L_inter without label calibration, no L_intra" if state[0] == 1 else
+                    "stage 2 of 2: label calibration and L_intra on")
+            _LOG.info("HolmesCriterion: epoch %d is in %s; hard triplet negatives %s (stage 2 from epoch %d, hard "
+                      "negatives from epoch %d)", epoch, what, "on" if state[1] else "off", self.warmup_stage_epochs,
+                      self.hard_negative_epoch)
 
     @property
     def stage(self) -> int:
@@ -217,7 +367,7 @@ class HolmesCriterion(nn.Module):
     def extra_repr(self) -> str:
         return (f"inter_weight={self.inter_weight}, intra_weight={self.intra_weight}, "
                 f"warmup_stage_epochs={self.warmup_stage_epochs}, hard_negative_epoch={self.hard_negative_epoch}, "
-                f"epoch={self.epoch}")
+                f"epoch={self.epoch}" + (", distributed=True" if self.distributed else ""))
 
     def forward(
         self,
@@ -239,21 +389,25 @@ class HolmesCriterion(nn.Module):
         Parameters
         ----------
         frame_sim, clip_sim : torch.Tensor
-            ``[Q, V]`` frame- and clip-scale max-cosine scores (Holmes Eq. 1).
+            ``[num_queries, num_videos]`` frame- and clip-scale max-cosine scores (Holmes Eq. 1), one row
+            per caption and one column per video of the batch. Without such matrices (e.g. MS-SL's
+            caption × caption training scores), build them with :func:`~evidential_prvr.functional.max_similarity`.
         query_video : torch.Tensor or list of int
             The video of each caption: ``LongTensor [Q]``, a list of ints (the release's
             ``text_labels``) or a ``{0, 1}`` matrix ``[Q, V]``.
         query_emb : torch.Tensor
             ``[Q, d]`` query embeddings for L_div and the intra-video transport (the release encodes
-            the queries a second time, with fresh dropout, for these).
+            the queries a second time, with fresh dropout, for these; the first encoding works too).
         clip_emb : torch.Tensor, optional
-            ``[V, Mc, d]`` clip embeddings of the batch's videos; needed when L_intra is on.
+            ``[V, Mc, d]`` clip embeddings of the batch's videos (the release's 32 clips, or a
+            codebase's multi-scale proposals); needed when L_intra is on.
         frame_logits, clip_logits : torch.Tensor, optional
             ``[Q, V]`` unnormalised scores for InfoNCE (the release's ``*_scale_scores_``).
         clip_mask : torch.Tensor, optional
             ``[V, Mc]`` valid clips.
         max_queries : int, optional
-            Most captions of one video in the batch, if known on the host (saves a synchronisation).
+            Most captions of one video in the batch, if known on the host (saves a synchronisation); with
+            ``distributed=True``, of the global batch.
         generator : torch.Generator, optional
             Random source of the triplet negatives.
         return_details : bool
@@ -262,44 +416,115 @@ class HolmesCriterion(nn.Module):
         Returns
         -------
         torch.Tensor or HolmesLossDetails
+
+        Notes
+        -----
+        Checked with a message that says the fix: scores passed transposed (``[V, Q]``), a square
+        caption × caption matrix beside a ``[Q, V]`` one or beside ``clip_emb`` of another video count,
+        and ``clip_emb`` whose video count differs from the score columns. ``frame_sim`` and
+        ``clip_sim`` passed in each other's place cannot be detected (they have the same shape).
+
+        With ``distributed=True`` (under a process group of several ranks), the scores are this rank's
+        rows ``[Q_r, V_global]``, ``query_video`` holds global video indices, ``query_emb`` is ``[Q_r, d]``
+        and ``clip_emb`` ``[V_r, Mc, d]`` holds this rank's own videos (rank order: its first video's
+        global index is the number of videos of the lower ranks), so each rank's captions describe its own
+        videos. Every rank returns the single-process loss of the global batch; each input's gradient is
+        ``world_size`` times its single-process gradient (DDP's mean then gives the single-process one).
+        The optional arguments must be given on every rank or on none.
         """
+        if not self.distributed:
+            warn_per_rank(type(self).__name__)
+        elif is_distributed():
+            with shared_gathers():
+                return self._forward(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits,
+                                     clip_logits, clip_mask, max_queries, generator, return_details)
+        return self._forward(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits, clip_logits,
+                             clip_mask, max_queries, generator, return_details)
+
+    def _local_videos(self, positives: torch.Tensor, num_videos: int, clip_emb: torch.Tensor | None,
+                      max_queries: int | None) -> tuple[torch.Tensor, int | None]:
+        """Under a process group: this rank's captions as indices of its own videos (rows of ``clip_emb``)
+        and the global ``max_queries``, from one gather of the batch layout (one host synchronisation)."""
+        if not (self.distributed and is_distributed()):
+            return positives, max_queries
+        indices = positives.dim() == 1 and not positives.is_floating_point() and positives.dtype != torch.bool
+        # [captions, videos, smallest and largest video index, most captions of one video]
+        layout = torch.tensor([positives.shape[0], 0 if clip_emb is None else clip_emb.shape[0], 0, -1, 0],
+                              dtype=torch.long, device=positives.device)
+        if indices and positives.numel():
+            layout[2], layout[3] = positives.min(), positives.max()
+            layout[4] = torch.unique(positives, return_counts=True)[1].max()
+        gathered = [torch.empty_like(layout) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(gathered, layout)
+        table = torch.stack(gathered).tolist()
+        video_sizes = [row[1] for row in table]
+        set_sizes("queries", [row[0] for row in table])
+        set_sizes("videos", video_sizes)
+        if not indices or clip_emb is None:
+            return positives, max_queries
+        if sum(video_sizes) != num_videos:
+            raise ValueError(f"with distributed=True the scores must have one column per video of the global batch "
+                             f"and clip_emb this rank's videos: the ranks' clip_emb hold {video_sizes} videos "
+                             f"(sum {sum(video_sizes)}), the scores have {num_videos} columns")
+        outside = [rank for rank, row in enumerate(table) if row[0] and not (
+            rank_offset(video_sizes, rank) <= row[2] and row[3] < rank_offset(video_sizes, rank) + row[1])]
+        if outside:
+            raise ValueError(f"with distributed=True each rank's captions must describe its own videos (query_video "
+                             f"holds global video indices, clip_emb the rank's own videos, in rank order); the "
+                             f"captions of rank(s) {outside} point outside their videos (videos per rank: "
+                             f"{video_sizes})")
+        if max_queries is None:
+            max_queries = max(max(row[4] for row in table), 1)
+        return positives - rank_offset(video_sizes), max_queries
+
+    def _forward(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor | Sequence[int],
+        query_emb: torch.Tensor,
+        clip_emb: torch.Tensor | None,
+        frame_logits: torch.Tensor | None,
+        clip_logits: torch.Tensor | None,
+        clip_mask: torch.Tensor | None,
+        max_queries: int | None,
+        generator: torch.Generator | None,
+        return_details: bool,
+    ) -> torch.Tensor | HolmesLossDetails:
         check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
+        check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
+        check_score_pair_shapes(frame_sim, clip_sim, "frame_sim", "clip_sim")
+        across_ranks = self.distributed and is_distributed()
+        if clip_emb is not None:
+            if across_ranks:  # this rank's videos: checked against the global columns below
+                check_tensor(clip_emb, "clip_emb", ndim=3, floating=True)
+            else:
+                _check_clip_emb(frame_sim, clip_sim, clip_emb)
         positives = _as_query_video(query_video, frame_sim.device)
+        local_videos, max_queries = self._local_videos(positives, frame_sim.shape[1], clip_emb, max_queries)
         stage = self.stage
-        base = self.base.settings()
-        base["hard_negative_topk"] = self.base.hard_negative_topk if self.hard_negatives else None
-        base_details = base_retrieval_loss(
-            frame_sim, clip_sim, query_emb, positives, frame_logits=frame_logits, clip_logits=clip_logits, **base,
-            generator=generator, return_details=True, validate_args=self.base.validate_args,
-        )
-        assert isinstance(base_details, BaseRetrievalLossDetails)
-        zero = base_details.loss.new_zeros(())
+        base_details = self.base(frame_sim, clip_sim, query_emb, positives, frame_logits=frame_logits,
+                                 clip_logits=clip_logits, generator=generator, return_details=True,
+                                 hard_negatives=self.hard_negatives)
+        base = base_details.loss if isinstance(base_details, BaseRetrievalLossDetails) else base_details
+        zero = base.new_zeros(())
         inter = intra = zero
         inter_details = intra_details = None
         if self.inter is not None:
-            settings = self.inter.settings()
-            settings["calibrate"] = self.inter.calibrate and stage == 2
             # details (and with them the identification) only when asked for or used by the calibration
-            out = inter_video_loss(frame_sim, clip_sim, positives, **settings, return_details=return_details,
-                                   validate_args=self.inter.validate_args)
-            if isinstance(out, InterVideoLossDetails):
-                inter_details, inter = out, out.loss
-            else:
-                inter = out
+            out = self.inter(frame_sim, clip_sim, positives, return_details,
+                             calibrate=getattr(self.inter, "calibrate", True) and stage == 2)
+            inter_details, inter = (out, out.loss) if isinstance(out, InterVideoLossDetails) else (None, out)
         if self.intra is not None and stage == 2:
             if clip_emb is None:
                 raise ValueError("clip_emb [V, Mc, d] is required in the second stage, where L_intra is on")
             if positives.dim() != 1:
                 raise ValueError("L_intra needs one video per caption: pass query_video as indices [Q]")
-            groups = build_intra_video_batch(query_emb, positives, clip_emb, clip_mask, max_queries=max_queries,
-                                             validate_args=self.intra.validate_args)
+            groups = build_intra_video_batch(query_emb, local_videos, clip_emb, clip_mask, max_queries=max_queries,
+                                             validate_args=getattr(self.intra, "validate_args", None))
             out = self.intra(groups.sim, groups.query_mask, groups.clip_mask, return_details=return_details)
-            if isinstance(out, IntraVideoLossDetails):
-                intra_details, intra = out, out.loss
-            else:
-                intra = out
-        total = base_details.loss + self.inter_weight * inter + self.intra_weight * intra
+            intra_details, intra = (out, out.loss) if isinstance(out, IntraVideoLossDetails) else (None, out)
+        total = base + self.inter_weight * inter + self.intra_weight * intra
         if not return_details:
             return total
-        return HolmesLossDetails(total, base_details.loss, inter, intra, stage, base_details, inter_details,
-                                 intra_details)
+        return HolmesLossDetails(total, base, inter, intra, stage, base_details, inter_details, intra_details)

@@ -3,27 +3,41 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import dataclasses
 
+import torch
+
+from evidential_prvr._module_bases import _SettingsModule
+from evidential_prvr._overrides import (
+    module_from_settings,
+    settings_from_preset,
+    settings_keywords,
+    settings_properties,
+    settings_repr,
+)
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
-    FOTSettings,
     POTProblem,
-    flexible_ot,
+    TransportSettings,
     flexible_ot_pot_problems,
+    run_flexible_ot,
 )
-from evidential_prvr.presets import apply_overrides, holmes_settings
+from evidential_prvr.presets import module_settings
 
 __all__ = ["FlexibleOT"]
 
 
-class FlexibleOT(nn.Module):
+@settings_properties(TransportSettings)
+class FlexibleOT(_SettingsModule):
     """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
 
     Holds the settings of :func:`~evidential_prvr.functional.flexible_ot` (its documentation gives the
     problem, the marginals and why the plan does not depend on the dustbin value); ``forward`` is one
     call of it.
+
+    The hyperparameters are keyword-only: they are the fields of
+    :class:`~evidential_prvr.presets.TransportSettings` (:meth:`settings`), also readable and assignable
+    as attributes (an assignment is checked like the constructor's argument).
 
     Parameters
     ----------
@@ -46,8 +60,7 @@ class FlexibleOT(nn.Module):
     minmax_over : {"block", "valid"}
         Min and max over the whole padded block (release) or over the valid entries.
     validate_args : bool, optional
-        Value checks of the inputs (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`.
+        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------
@@ -65,33 +78,14 @@ class FlexibleOT(nn.Module):
     Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5.
     """
 
-    def __init__(
-        self,
-        epsilon: float = 0.1,
-        n_iters: int = 50,
-        dustbin_quantile: float | None = 0.3,
-        normalize: str | None = "minmax",
-        marginals: str = "release",
-        tol: float | None = None,
-        grad: str = "detach",
-        method: str = "auto",
-        *,
-        minmax_over: str = "block",
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__()
-        settings = FOTSettings(epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, grad,
-                               method)  # validates
-        self.epsilon = float(settings.epsilon)
-        self.n_iters = settings.n_iters
-        self.dustbin_quantile = None if dustbin_quantile is None else float(dustbin_quantile)
-        self.normalize = normalize
-        self.minmax_over = minmax_over
-        self.marginals = marginals
-        self.tol = None if tol is None else float(tol)
-        self.grad = grad
-        self.method = method
-        self.validate_args = validate_args
+    @settings_keywords(TransportSettings)
+    def __init__(self, *, settings: TransportSettings, validate_args: bool | None = None) -> None:
+        super().__init__(settings, validate_args)
+
+    @classmethod
+    def from_settings(cls, settings: TransportSettings, *, validate_args: bool | None = None) -> FlexibleOT:
+        """The transport of a :class:`~evidential_prvr.presets.TransportSettings` (e.g. a registry section)."""
+        return module_from_settings(cls, TransportSettings, settings, validate_args=validate_args)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> FlexibleOT:
@@ -102,28 +96,22 @@ class FlexibleOT(nn.Module):
         ``"paper"`` (our reading of §3.3 and App. B.5): the raw similarities (the paper mentions no
         normalisation), the dustbin at the bottom 30%, uniform marginals (App. B.5), 50 iterations,
         ε = 0.1 (not given in the paper; the release value), stop-gradient plan (a label, Eq. 17).
-        ``dataset`` is required for ``"release"`` and optional for ``"paper"``, as for every preset, though
-        the transport settings are the same for all three data sets.
+        The transport settings are the same for all three data sets (``dataset=None``: TVR's).
+        ``overrides``: any field of :class:`~evidential_prvr.presets.TransportSettings` and ``validate_args``.
         """
-        t = holmes_settings(preset, dataset).transport
-        kwargs = dict(epsilon=t.epsilon, n_iters=t.n_iters, dustbin_quantile=t.dustbin_quantile,
-                      normalize=t.normalize, marginals=t.marginals, tol=None, grad=t.grad, method="auto",
-                      minmax_over=t.minmax_over, validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        return settings_from_preset(cls, module_settings(preset, dataset).transport, overrides, ("validate_args",))
 
-    def settings(self) -> dict[str, object]:
-        """The transport keyword arguments of :func:`~evidential_prvr.functional.flexible_ot`."""
-        return dict(epsilon=self.epsilon, n_iters=self.n_iters, dustbin_quantile=self.dustbin_quantile,
-                    normalize=self.normalize, minmax_over=self.minmax_over, marginals=self.marginals, tol=self.tol,
-                    grad=self.grad, method=self.method)
+    def settings(self) -> TransportSettings:
+        """The transport settings (frozen; :func:`dataclasses.replace` makes a changed copy)."""
+        return self._settings
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
+        return settings_repr(self._settings)
 
     def without_dustbin(self) -> FlexibleOT:
         """The same transport with the dustbin disabled (plain OT, Holmes Eq. 19)."""
-        return FlexibleOT(self.epsilon, self.n_iters, None, self.normalize, self.marginals, self.tol, self.grad,
-                          self.method, minmax_over=self.minmax_over, validate_args=self.validate_args)
+        return FlexibleOT.from_settings(dataclasses.replace(self._settings, dustbin_quantile=None),
+                                        validate_args=self.validate_args)
 
     def forward(
         self,
@@ -134,8 +122,7 @@ class FlexibleOT(nn.Module):
     ) -> FlexibleOTResult:
         """Solve the flexible transport of every video of ``sim [B, Mq, Mc]`` with the masks
         ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]`` (see :func:`~evidential_prvr.functional.flexible_ot`)."""
-        return flexible_ot(sim, query_mask, clip_mask, **self.settings(), return_dustbin_value=return_dustbin_value,
-                           validate_args=self.validate_args)
+        return run_flexible_ot(sim, query_mask, clip_mask, self._settings, return_dustbin_value, self.validate_args)
 
     def pot_problem(
         self, sim: torch.Tensor, query_mask: torch.Tensor | None = None, clip_mask: torch.Tensor | None = None

@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import dataclasses
 
-from evidential_prvr.functional._identification import Identification, IdentificationSettings, identify
-from evidential_prvr.presets import apply_overrides, holmes_settings
+import torch
+
+from evidential_prvr._distributed import batch_rows, shared_gathers
+from evidential_prvr._module_bases import _SettingsModule
+from evidential_prvr._overrides import (
+    check_settings,
+    module_from_settings,
+    settings_from_preset,
+    settings_keywords,
+    settings_properties,
+    settings_repr,
+)
+from evidential_prvr.functional._identification import Identification, IdentificationSettings, run_identify
+from evidential_prvr.presets import module_settings
 
 __all__ = ["UncertaintyGuidedIdentifier"]
 
 
-class UncertaintyGuidedIdentifier(nn.Module):
+@settings_properties(IdentificationSettings)
+class UncertaintyGuidedIdentifier(_SettingsModule):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.identify`, whose documentation
     gives the rule; ``forward`` is one call of it.
+
+    The hyperparameters are keyword-only, the fields of its :meth:`settings` (also attributes).
 
     Parameters
     ----------
@@ -32,8 +46,11 @@ class UncertaintyGuidedIdentifier(nn.Module):
     fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
         Partition fusion rule (Eq. 14, Table 3 rows 5-7).
     validate_args : bool, optional
-        Value checks of the inputs (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`.
+        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores
+        ``[Q_r, V_global]`` and global video indices and receives the identification of the global batch
+        (the Eq. 11-12 medians over every rank's queries; every rank gets the same ``[Q_global]`` result).
 
     Examples
     --------
@@ -49,44 +66,43 @@ class UncertaintyGuidedIdentifier(nn.Module):
     Holmes (ICML 2026), §3.2, Eq. 10-14.
     """
 
-    def __init__(
-        self,
-        beta: float = 0.3,
-        tau: float = 0.1,
-        tanh_scaling: str = "inside",
-        entropy_median: str = "candidates",
-        matched: str = "any_positive",
-        fusion: str = "uncertainty_dominant",
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__()
-        IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)  # validates
-        self.beta = float(beta)
-        self.tau = float(tau)
-        self.tanh_scaling = tanh_scaling
-        self.entropy_median = entropy_median
-        self.matched = matched
-        self.fusion = fusion
-        self.validate_args = validate_args
+    @settings_keywords(IdentificationSettings)
+    def __init__(self, *, settings: IdentificationSettings, validate_args: bool | None = None,
+                 distributed: bool = False) -> None:
+        super().__init__(settings, validate_args)
+        self.distributed = bool(distributed)
+
+    @classmethod
+    def from_settings(cls, settings: IdentificationSettings, *, validate_args: bool | None = None,
+                      distributed: bool = False) -> UncertaintyGuidedIdentifier:
+        """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
+        extends it; only the identification fields are kept)."""
+        check_settings(settings, IdentificationSettings)
+        own = IdentificationSettings(
+            **{f.name: getattr(settings, f.name) for f in dataclasses.fields(IdentificationSettings)})
+        return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
+                                    distributed=distributed)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> UncertaintyGuidedIdentifier:
-        """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`)."""
-        inter = holmes_settings(preset, dataset).inter
-        kwargs = dict(beta=inter.beta, tau=inter.tau, tanh_scaling=inter.tanh_scaling,
-                      entropy_median=inter.entropy_median, matched=inter.matched, fusion=inter.fusion,
-                      validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`;
+        ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""
+        inter = module_settings(preset, dataset).inter
+        identification = cls.from_settings(inter).settings()
+        return settings_from_preset(cls, identification, overrides, ("validate_args", "distributed"))
 
-    def settings(self) -> dict[str, object]:
-        """The keyword arguments of :func:`~evidential_prvr.functional.identify` this module passes."""
-        return dict(beta=self.beta, tau=self.tau, tanh_scaling=self.tanh_scaling,
-                    entropy_median=self.entropy_median, matched=self.matched, fusion=self.fusion)
+    def settings(self) -> IdentificationSettings:
+        """The identification settings (frozen), the keyword arguments of
+        :func:`~evidential_prvr.functional.identify` as one object."""
+        return self._settings
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
+        return settings_repr(self._settings)
 
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor) -> Identification:
         """Identify the query types of a batch: ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
         ``query_video`` (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``)."""
-        return identify(frame_sim, clip_sim, query_video, **self.settings(), validate_args=self.validate_args)
+        with shared_gathers():
+            frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
+                                                          query_video)
+            return run_identify(frame_sim, clip_sim, query_video, self._settings, self.validate_args)

@@ -3,29 +3,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
-from torch import nn
 
+from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
-from evidential_prvr.functional._identification import IdentificationSettings
-from evidential_prvr.functional._inter_video import (
-    INTER_TERMS,
-    InterVideoLossDetails,
-    check_inter_settings,
-    inter_video_loss,
+from evidential_prvr._module_bases import _SettingsLoss
+from evidential_prvr._overrides import (
+    module_from_settings,
+    settings_from_preset,
+    settings_keywords,
+    settings_properties,
 )
-from evidential_prvr.presets import apply_overrides, holmes_settings
+from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, run_inter_video_loss
+from evidential_prvr.presets import module_settings
 
 __all__ = ["EvidentialRetrievalLoss"]
 
 
-class EvidentialRetrievalLoss(nn.Module):
+@settings_properties(InterVideoSettings)
+class EvidentialRetrievalLoss(_SettingsLoss):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.inter_video_loss`, whose
     documentation gives the equations; ``forward`` is one call of it.
+
+    The hyperparameters are keyword-only, the fields of its :meth:`settings`
+    (:class:`~evidential_prvr.presets.InterVideoSettings`), also readable and assignable as attributes.
 
     Parameters
     ----------
@@ -56,6 +59,10 @@ class EvidentialRetrievalLoss(nn.Module):
         Value checks of the inputs (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Off, ``forward`` has no host
         synchronisation and compiles whole with :func:`torch.compile`.
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores against
+        every video of the global batch ``[Q_r, V_global]`` and global video indices; the identification
+        (the Eq. 11-12 medians) and the loss run over the global batch.
 
     Examples
     --------
@@ -71,73 +78,58 @@ class EvidentialRetrievalLoss(nn.Module):
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
 
-    def __init__(
-        self,
-        beta: float = 0.3,
-        gamma: float = 0.2,
-        tau: float = 0.1,
-        tanh_scaling: str = "inside",
-        entropy_median: str = "candidates",
-        matched: str = "any_positive",
-        fusion: str = "uncertainty_dominant",
-        calibrate: bool = True,
-        calibration_set: str = "refined",
-        terms: Sequence[str] = INTER_TERMS,
-        reduction: str = "mean",
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__()
-        IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)  # validates
-        terms = check_inter_settings(gamma, calibrate, calibration_set, terms, reduction)
-        self.beta = float(beta)
-        self.gamma = float(gamma)
-        self.tau = float(tau)
-        self.tanh_scaling = tanh_scaling
-        self.entropy_median = entropy_median
-        self.matched = matched
-        self.fusion = fusion
-        self.calibrate = calibrate
-        self.calibration_set = calibration_set
-        self.terms = terms
-        self.reduction = reduction
-        self.validate_args = validate_args
+    @settings_keywords(InterVideoSettings)
+    def __init__(self, *, settings: InterVideoSettings, reduction: str = "mean",
+                 validate_args: bool | None = None, distributed: bool = False) -> None:
+        super().__init__(settings, reduction, validate_args)
+        self.distributed = bool(distributed)
+
+    @classmethod
+    def from_settings(cls, settings: InterVideoSettings, *, reduction: str = "mean",
+                      validate_args: bool | None = None, distributed: bool = False) -> EvidentialRetrievalLoss:
+        """The loss of an :class:`~evidential_prvr.presets.InterVideoSettings` (e.g. a registry section)."""
+        return module_from_settings(cls, InterVideoSettings, settings, reduction=reduction, validate_args=validate_args,
+                                    distributed=distributed)
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> EvidentialRetrievalLoss:
-        """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`);
-        ``overrides`` (e.g. ``calibrate=False``) replace preset values, an unknown one raises ``TypeError``.
+        """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`;
+        ``dataset=None``: TVR's); ``overrides`` (e.g. ``calibrate=False``) replace preset values, an
+        unknown one raises ``TypeError``.
 
         ``"paper"``: τ = 0.1, inside scaling, candidate median, any positive at the maximum, β = 0.3,
         γ = 0.2, uncertainty-dominant fusion. ``"release"`` with ``dataset="tvr" | "activitynet" |
         "charades"`` (or ``"act"``, ``"cha"``): outside scaling with τ = 0.05 / 0.04 / 0.08, batch lower
         median, ``argmax == label``, β = 0.3, γ = 0.2, uncertainty-dominant fusion.
         """
-        inter = holmes_settings(preset, dataset).inter
-        kwargs = dict(beta=inter.beta, gamma=inter.gamma, tau=inter.tau, tanh_scaling=inter.tanh_scaling,
-                      entropy_median=inter.entropy_median, matched=inter.matched, fusion=inter.fusion,
-                      calibrate=True, calibration_set="refined", terms=INTER_TERMS, reduction="mean",
-                      validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        return settings_from_preset(cls, module_settings(preset, dataset).inter, overrides,
+                                    ("reduction", "validate_args", "distributed"))
 
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """A :class:`~evidential_prvr.UncertaintyGuidedIdentifier` with this loss's identification settings."""
-        return UncertaintyGuidedIdentifier(self.beta, self.tau, self.tanh_scaling, self.entropy_median, self.matched,
-                                           self.fusion, self.validate_args)
+        return UncertaintyGuidedIdentifier.from_settings(self._settings, validate_args=self.validate_args,
+                                                         distributed=self.distributed)
 
-    def settings(self) -> dict[str, object]:
-        """The keyword arguments of :func:`~evidential_prvr.functional.inter_video_loss` this module passes."""
-        return dict(beta=self.beta, gamma=self.gamma, tau=self.tau, tanh_scaling=self.tanh_scaling,
-                    entropy_median=self.entropy_median, matched=self.matched, fusion=self.fusion,
-                    calibrate=self.calibrate, calibration_set=self.calibration_set, terms=self.terms,
-                    reduction=self.reduction)
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.settings().items())
+    def settings(self) -> InterVideoSettings:
+        """The loss's settings (frozen): the keyword arguments of
+        :func:`~evidential_prvr.functional.inter_video_loss` as one object."""
+        return self._settings
 
     def forward(
-        self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor, return_details: bool = False
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor,
+        return_details: bool = False,
+        *,
+        calibrate: bool | None = None,
     ) -> torch.Tensor | InterVideoLossDetails:
         """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives ``query_video``
-        (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``); details on request."""
-        return inter_video_loss(frame_sim, clip_sim, query_video, **self.settings(), return_details=return_details,
-                                validate_args=self.validate_args)
+        (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``); details on request. ``calibrate``, when
+        given, replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion`
+        runs the warm-up stage)."""
+        with shared_gathers():
+            frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
+                                                          query_video)
+            return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
+                                        return_details, self.validate_args, calibrate=calibrate)

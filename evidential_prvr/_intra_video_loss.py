@@ -3,20 +3,23 @@
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+import dataclasses
 
-from evidential_prvr._checks import check_choice, check_positive
+import torch
+
+from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._flexible_ot import FlexibleOT
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS
-from evidential_prvr.functional._evidence import TANH_SCALINGS
-from evidential_prvr.functional._intra_video import INTRA_ASSIGNMENTS, IntraVideoLossDetails, intra_video_loss
-from evidential_prvr.presets import apply_overrides, holmes_settings
+from evidential_prvr._module_bases import _SettingsLoss
+from evidential_prvr._overrides import check_settings, override_settings, settings_keywords, settings_properties
+from evidential_prvr.functional._intra_video import IntraVideoLossDetails, IntraVideoSettings, run_intra_video_loss
+from evidential_prvr.distributed import is_distributed
+from evidential_prvr.presets import module_settings
 
 __all__ = ["IntraVideoEvidentialLoss"]
 
 
-class IntraVideoEvidentialLoss(nn.Module):
+@settings_properties(IntraVideoSettings)
+class IntraVideoEvidentialLoss(_SettingsLoss):
     """L_intra: evidential loss of each query over its video's clips against a transport label (Holmes §3.3).
 
     Holds a :class:`~evidential_prvr.FlexibleOT` (the transport producing the label) and the evidence
@@ -39,8 +42,12 @@ class IntraVideoEvidentialLoss(nn.Module):
     reduction : {"mean", "sum", "none"}
         Over the videos with a valid query (``"none"``: ``[B]``).
     validate_args : bool, optional
-        Value checks of the inputs (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`.
+        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its own videos' batch; the
+        per-video terms stay local and the reduction runs over the videos of every rank. For the
+        release's ``minmax_over="block"`` build the batch with the global ``max_queries`` (as
+        :class:`~evidential_prvr.HolmesCriterion` does), since the padded block enters the min-max.
 
     Examples
     --------
@@ -55,36 +62,35 @@ class IntraVideoEvidentialLoss(nn.Module):
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
 
-    def __init__(
-        self,
-        fot: FlexibleOT | None = None,
-        tau: float = 0.06,
-        tanh_scaling: str = "outside",
-        assignment: str = "fot",
-        reduction: str = "mean",
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__()
-        if fot is None:
-            fot = FlexibleOT()
+    @settings_keywords(IntraVideoSettings)
+    def __init__(self, fot: FlexibleOT | None = None, *, settings: IntraVideoSettings, reduction: str = "mean",
+                 validate_args: bool | None = None, distributed: bool = False) -> None:
+        self._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
+
+    def _init(self, settings: IntraVideoSettings, fot: FlexibleOT, reduction: str, validate_args: bool | None,
+              distributed: bool = False) -> None:
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
-        check_positive(tau, "tau")
-        check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
-        check_choice(assignment, "assignment", INTRA_ASSIGNMENTS)
-        check_choice(reduction, "reduction", REDUCTIONS)
-        if assignment == "fot" and fot.dustbin_quantile is None:
+        _SettingsLoss.__init__(self, settings, reduction, validate_args)
+        if settings.assignment == "fot" and fot.dustbin_quantile is None:
             raise ValueError("assignment='fot' needs a transport with a dustbin; got fot.dustbin_quantile=None")
         self.fot = fot
-        self.tau = float(tau)
-        self.tanh_scaling = tanh_scaling
-        self.assignment = assignment
-        self.reduction = reduction
-        self.validate_args = validate_args
+        self.distributed = bool(distributed)
+
+    @classmethod
+    def from_settings(cls, settings: IntraVideoSettings, fot: FlexibleOT | None = None, *, reduction: str = "mean",
+                      validate_args: bool | None = None, distributed: bool = False) -> IntraVideoEvidentialLoss:
+        """The loss of an :class:`~evidential_prvr.presets.IntraVideoSettings` (e.g. a registry section) and
+        a transport (default ``FlexibleOT()``)."""
+        check_settings(settings, IntraVideoSettings)
+        module = cls.__new__(cls)
+        module._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
+        return module
 
     @classmethod
     def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> IntraVideoEvidentialLoss:
-        """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`).
+        """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
+        ``dataset=None``: TVR's).
 
         ``"release"``: ``FlexibleOT.from_preset("release", dataset)``, :math:`\\tau_{\\text{intra}}` = 0.06 (TVR)
         or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence of the min-max normalised
@@ -92,21 +98,15 @@ class IntraVideoEvidentialLoss(nn.Module):
         written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` replace any
         constructor argument (``tau=``, ``assignment=``, ``fot=``, ...).
         """
-        settings = holmes_settings(preset, dataset)
-        kwargs = dict(fot=FlexibleOT.from_preset(preset, dataset), tau=settings.intra.tau,
-                      tanh_scaling=settings.intra.tanh_scaling, assignment=settings.intra.assignment,
-                      reduction="mean", validate_args=None)
-        return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+        sections = module_settings(preset, dataset)
+        settings, extras = override_settings(sections.intra, overrides, cls.__name__,
+                                             ("fot", "reduction", "validate_args", "distributed"))
+        fot = extras.pop("fot") if "fot" in extras else FlexibleOT.from_settings(sections.transport)
+        return cls.from_settings(settings, fot, **extras)  # type: ignore[arg-type]
 
-    def settings(self) -> dict[str, object]:
-        """The keyword arguments of :func:`~evidential_prvr.functional.intra_video_loss` this module passes."""
-        transport = {k: v for k, v in self.fot.settings().items() if k != "grad"}
-        return dict(tau=self.tau, tanh_scaling=self.tanh_scaling, assignment=self.assignment, **transport,
-                    reduction=self.reduction)
-
-    def extra_repr(self) -> str:
-        return f"tau={self.tau}, tanh_scaling={self.tanh_scaling!r}, assignment={self.assignment!r}, " \
-               f"reduction={self.reduction!r}"
+    def settings(self) -> IntraVideoSettings:
+        """The evidence settings (frozen); the transport's are ``self.fot.settings()``."""
+        return self._settings
 
     def forward(
         self,
@@ -117,5 +117,23 @@ class IntraVideoEvidentialLoss(nn.Module):
     ) -> torch.Tensor | IntraVideoLossDetails:
         """L_intra of ``sim [B, Mq, Mc]`` with the masks ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]``
         (e.g. from :func:`~evidential_prvr.build_intra_video_batch`); details on request."""
-        return intra_video_loss(sim, query_mask, clip_mask, **self.settings(), return_details=return_details,
-                                validate_args=self.validate_args)
+        if not (self.distributed and is_distributed()):
+            if not self.distributed:
+                warn_per_rank(type(self).__name__)
+            return run_intra_video_loss(sim, query_mask, clip_mask, self._settings, self.fot.settings(),
+                                        self.reduction, return_details, self.validate_args)
+        details = run_intra_video_loss(sim, query_mask, clip_mask, self._settings, self.fot.settings(), "none", True,
+                                       self.validate_args)
+        assert isinstance(details, IntraVideoLossDetails)
+        has_query = (torch.ones(sim.shape[:1], dtype=torch.bool, device=sim.device) if query_mask is None
+                     else (query_mask != 0).any(dim=1))
+        with shared_gathers():  # the per-video terms stay local; the reduction is over every rank's videos
+            per_video = lift_rows(details.per_video, "videos")
+            has_query = gather_rows(has_query, "videos")
+        if self.reduction == "none":
+            loss = per_video
+        else:
+            loss = (per_video * has_query).sum()
+            if self.reduction == "mean":
+                loss = loss / has_query.sum().clamp_min(1).to(per_video.dtype)
+        return dataclasses.replace(details, loss=loss) if return_details else loss

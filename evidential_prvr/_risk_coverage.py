@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import torch
 
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import as_mask, check_finite, check_same_device, check_tensor, should_validate
 
 __all__ = ["RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc", "selective_recall"]
@@ -117,6 +118,39 @@ def _steps(confidence: torch.Tensor, correct: torch.Tensor) -> _Steps:
     return _Steps(accepted, wrong[last_of_group], n)
 
 
+class _Curve(NamedTuple):
+    correct: torch.Tensor  # the validated ``correct`` as bool
+    steps: _Steps
+    dtype: torch.dtype  # of the returned values
+
+
+def _curve(confidence: object, correct: object, validate_args: bool | None) -> _Curve:
+    """Validated inputs, their operating points and the result dtype (the start of every curve metric)."""
+    mask = _validate(confidence, correct, validate_args)
+    assert isinstance(confidence, torch.Tensor)
+    return _Curve(mask, _steps(confidence, mask), _float_dtype(confidence.device))
+
+
+def _risk_points(curve: _Curve) -> tuple[torch.Tensor, torch.Tensor]:
+    """Coverage and selective risk at each operating point."""
+    accepted = curve.steps.accepted.to(curve.dtype)
+    return accepted / curve.steps.n, curve.steps.wrong.to(curve.dtype) / accepted
+
+
+def _area_io(bounds: str) -> str:
+    """Parameters and returns of the area metrics, whose value lies ``bounds`` (a docstring fragment)."""
+    return f"""\
+Parameters
+----------
+confidence, correct, validate_args
+    As in :func:`risk_coverage`.
+
+Returns
+-------
+torch.Tensor
+    0-D float64 tensor (float32 on MPS){bounds}."""
+
+
 def risk_coverage(
     confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None
 ) -> RiskCoverage:
@@ -159,13 +193,10 @@ def risk_coverage(
     fd-shifts (Traub et al., NeurIPS 2024). Used to evaluate the confidences of Holmes' evidential opinions
     (Holmes, ICML 2026, Eq. 5, 9, 16).
     """
-    mask = _validate(confidence, correct, validate_args)
-    steps = _steps(confidence, mask)
-    dtype = _float_dtype(confidence.device)
-    accepted = steps.accepted.to(dtype)
-    return RiskCoverage(accepted / steps.n, steps.wrong.to(dtype) / accepted)
+    return RiskCoverage(*_risk_points(_curve(confidence, correct, validate_args)))
 
 
+@insert_docs(inputs_and_returns=_area_io(" in ``[0, 1]``"))
 def aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Area under the risk-coverage curve (lower is better).
 
@@ -178,15 +209,7 @@ def aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool
 
     A confidence that ties every query gives the error rate; a random one about the error rate as well.
 
-    Parameters
-    ----------
-    confidence, correct, validate_args
-        As in :func:`risk_coverage`.
-
-    Returns
-    -------
-    torch.Tensor
-        0-D float64 tensor (float32 on MPS) in ``[0, 1]``.
+    {inputs_and_returns}
 
     Examples
     --------
@@ -205,6 +228,7 @@ def aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool
     return _trapezoid(curve.coverage, curve.risk, start_flat=True)
 
 
+@insert_docs(inputs_and_returns=_area_io(" in ``[0, 0.5]``"))
 def augrc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Area under the generalised risk-coverage curve (lower is better).
 
@@ -219,15 +243,7 @@ def augrc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: boo
     It weighs every rejected error equally instead of emphasising the few most confident queries; a
     confidence that ties all queries gives half the error rate, a perfect one :math:`\\approx r^2/2`.
 
-    Parameters
-    ----------
-    confidence, correct, validate_args
-        As in :func:`risk_coverage`.
-
-    Returns
-    -------
-    torch.Tensor
-        0-D float64 tensor (float32 on MPS) in ``[0, 0.5]``.
+    {inputs_and_returns}
 
     Examples
     --------
@@ -241,12 +257,11 @@ def augrc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: boo
     Traub et al., Overcoming common flaws in the evaluation of selective classification systems, NeurIPS
     2024; applied to Holmes (ICML 2026) opinions.
     """
-    mask = _validate(confidence, correct, validate_args)
-    steps = _steps(confidence, mask)
-    dtype = _float_dtype(confidence.device)
+    _, steps, dtype = _curve(confidence, correct, validate_args)
     return _trapezoid(steps.accepted.to(dtype) / steps.n, steps.wrong.to(dtype) / steps.n, start_flat=False)
 
 
+@insert_docs(inputs_and_returns=_area_io(""))
 def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Excess AURC: :func:`aurc` minus the AURC of an ideal confidence with the same errors.
 
@@ -266,15 +281,7 @@ def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bo
     :math:`r + (1-r)\\ln(1-r)` of Geifman et al., which fd-shifts uses for binary residuals, is the
     :math:`n \\to \\infty` limit of this optimum and lies :math:`O(1/n)` below it.
 
-    Parameters
-    ----------
-    confidence, correct, validate_args
-        As in :func:`risk_coverage`.
-
-    Returns
-    -------
-    torch.Tensor
-        0-D float64 tensor (float32 on MPS).
+    {inputs_and_returns}
 
     Examples
     --------
@@ -288,11 +295,9 @@ def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bo
     Geifman, Uziel and El-Yaniv, Bias-reduced uncertainty estimation for deep neural classifiers, ICLR 2019;
     applied to Holmes (ICML 2026) opinions.
     """
-    mask = _validate(confidence, correct, validate_args)
-    steps = _steps(confidence, mask)
-    dtype = _float_dtype(confidence.device)
-    accepted = steps.accepted.to(dtype)
-    area = _trapezoid(accepted / steps.n, steps.wrong.to(dtype) / accepted, start_flat=True)
+    curve = _curve(confidence, correct, validate_args)
+    mask, steps, dtype = curve
+    area = _trapezoid(*_risk_points(curve), start_flat=True)
     k = torch.arange(1, steps.n + 1, device=confidence.device, dtype=dtype)
     n_correct = mask.sum().to(dtype)
     optimal_risk = (k - n_correct).clamp_min(0.0) / k

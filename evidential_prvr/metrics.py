@@ -18,8 +18,10 @@ import numpy as np
 import torch
 
 from evidential_prvr._checks import check_finite, check_index_vector, check_positive_int, check_tensor
+from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall
 
-__all__ = ["recall_at_k", "ranks_of_ground_truth"]
+__all__ = ["recall_at_k", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc",
+           "selective_recall"]
 
 
 def _as_tensor(x: object, name: str) -> torch.Tensor:
@@ -137,8 +139,3 @@ def recall_at_k(
     result["SumR"] = float(sum(recalls))
     return result
 
-
-# Selective retrieval: risk-coverage curves and their areas (implemented in evidential_prvr._risk_coverage)
-from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall  # noqa: E402
-
-__all__ += ["RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc", "selective_recall"]

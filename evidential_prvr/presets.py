@@ -23,15 +23,27 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from evidential_prvr._checks import check_choice
+from evidential_prvr._overrides import reject_unknown
+from evidential_prvr.functional._flexible_ot import TransportSettings
+from evidential_prvr.functional._identification import IdentificationSettings
+from evidential_prvr.functional._inter_video import InterVideoSettings
+from evidential_prvr.functional._intra_video import IntraVideoSettings
+from evidential_prvr.functional._retrieval_losses import BaseLossSettings, BaseRetrievalSettings
+
 __all__ = [
     "PRESETS",
     "DATASETS",
     "DATASET_ALIASES",
     "canonical_dataset",
+    "CAPTIONS_PER_VIDEO",
+    "closest_dataset",
+    "IdentificationSettings",
     "InterVideoSettings",
     "TransportSettings",
     "IntraVideoSettings",
     "BaseLossSettings",
+    "BaseRetrievalSettings",
     "LossWeights",
     "ScheduleSettings",
     "OptimizerSettings",
@@ -67,159 +79,56 @@ def canonical_dataset(dataset: str) -> str:
     """
     if not isinstance(dataset, str) or dataset not in DATASET_ALIASES:
         names = ", ".join(repr(d) for d in DATASET_ALIASES)
-        raise ValueError(f"dataset must be one of {names}; got {dataset!r}")
+        raise ValueError(
+            f"dataset must be one of {names}; got {dataset!r}. For a data set of your own, pass dataset=None "
+            f"(the TVR settings) or the registered data set closest to yours, e.g. "
+            f"dataset=evidential_prvr.presets.closest_dataset(captions_per_video)"
+        )
     return DATASET_ALIASES[dataset]
 
 
-@dataclass(frozen=True)
-class InterVideoSettings:
-    """Inter-video evidential learning (Holmes §3.2, Eq. 3-18).
+CAPTIONS_PER_VIDEO = {"tvr": 5.0, "activitynet": 3.7, "charades": 2.4}
+"""Mean captions (moments) per video of each registered data set, as Holmes §4.1 ("Datasets") states
+them: TVR five descriptions per clip, ActivityNet Captions 3.7 moments per video, Charades-STA 16,128
+sentences over 6,670 videos (2.4)."""
 
-    Attributes
+
+def closest_dataset(captions_per_video: float) -> str:
+    """The registered data set whose mean captions per video is nearest to ``captions_per_video``.
+
+    A way to take the Holmes settings for a data set of one's own: the release tunes its temperatures,
+    margins and loss weights per data set, and the number of captions per video is what shapes a PRVR
+    batch (how many positives and polysemous queries it holds). With :data:`CAPTIONS_PER_VIDEO` (TVR 5,
+    ActivityNet 3.7, Charades 2.4) the boundaries are the midpoints: below 3.05 Charades, from 3.05 up
+    to 4.35 ActivityNet, from 4.35 TVR (a tie goes to the data set with more captions). Without this
+    choice, ``dataset=None`` takes the TVR settings.
+
+    Parameters
     ----------
-    tau : float
-        Evidence temperature of Eq. 3.
-    tanh_scaling : {"inside", "outside"}
-        ``exp(tanh(s / tau))`` (paper) or ``exp(tanh(s) / tau)`` (release).
-    entropy_median : {"candidates", "batch"}
-        Median of Eq. 12 over the precise candidates (paper) or over the whole batch (release).
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11: a positive attains the row maximum (paper, ties
-        included) or ``argmax == label`` with ties broken towards the first index (release).
-    beta : float
-        β of Eq. 11.
-    gamma : float
-        γ of Eq. 15.
-    fusion : str
-        Partition fusion (Eq. 14: ``"uncertainty_dominant"``).
+    captions_per_video : float
+        Training captions divided by training videos of your data set (> 0).
+
+    Returns
+    -------
+    str
+        A canonical data set name for ``from_preset(..., dataset=...)``.
 
     Examples
     --------
-    >>> from evidential_prvr.presets import holmes_settings
-    >>> holmes_settings("release", "activitynet").inter.tanh_scaling
-    'outside'
+    >>> from evidential_prvr.presets import closest_dataset
+    >>> closest_dataset(4.0), closest_dataset(2.0), closest_dataset(20.0)
+    ('activitynet', 'charades', 'tvr')
 
     References
     ----------
-    Holmes (ICML 2026), §3.2, Eq. 3-18; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    Holmes (ICML 2026), §4.1 "Datasets".
     """
-
-    tau: float
-    tanh_scaling: str
-    entropy_median: str
-    matched: str
-    beta: float = 0.3
-    gamma: float = 0.2
-    fusion: str = "uncertainty_dominant"
-
-
-@dataclass(frozen=True)
-class TransportSettings:
-    """Flexible optimal transport (Holmes §3.3, Eq. 19-20, App. B.5).
-
-    Attributes
-    ----------
-    epsilon : float
-        Entropic regularisation ε (the release's ``pot_scale``; the paper gives none).
-    n_iters : int
-        Sinkhorn iterations.
-    dustbin_quantile : float
-        The dustbin value z is this quantile of the similarities ("bottom 30%").
-    normalize : {"minmax", None}
-        Min-max normalisation of each video's similarities before the transport.
-    minmax_over : {"block", "valid"}
-        Entries the min and max are taken over: the whole padded ``[Mq, Mc]`` block, padded caption
-        slots included (release), or the valid entries only.
-    marginals : {"release", "uniform"}
-        Row marginals: SuperGlue-style ``1/(Mc+Mq)`` per query and ``Mc/(Mc+Mq)`` for the dustbin
-        (release), or uniform (App. B.5).
-    grad : {"detach", "autodiff"}
-        The plan is a stop-gradient label (both).
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import holmes_settings
-    >>> holmes_settings("release", "tvr").transport.epsilon
-    0.1
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    epsilon: float = 0.1
-    n_iters: int = 50
-    dustbin_quantile: float = 0.3
-    normalize: str | None = "minmax"
-    minmax_over: str = "block"
-    marginals: str = "release"
-    grad: str = "detach"
-
-
-@dataclass(frozen=True)
-class IntraVideoSettings:
-    """Intra-video evidential learning L_intra (Holmes §3.3).
-
-    Attributes
-    ----------
-    tau : float
-        Evidence temperature of the query-clip evidence.
-    tanh_scaling : {"inside", "outside"}
-        Evidence form (as in :class:`InterVideoSettings`).
-    assignment : {"fot", "ot", "softmax"}
-        Soft label: flexible transport (default) or the Table 3 ablations.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import holmes_settings
-    >>> holmes_settings("release", "tvr").intra.tau
-    0.06
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.3; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    tau: float
-    tanh_scaling: str
-    assignment: str = "fot"
-
-
-@dataclass(frozen=True)
-class BaseLossSettings:
-    """The basic objectives L_base (Holmes App. B.1, Eq. 22-23).
-
-    Attributes
-    ----------
-    margin : float
-        Triplet margin m.
-    hard_negative_topk : int
-        Pool of hardest negatives the text→video triplet draws from once hard negatives are on.
-    video_negative : {"hardest", "pool"}
-        Video→text negative once hard negatives are on.
-    nce_video_to_text : {"release", "paper"}
-        Video→text InfoNCE form.
-    div_alpha, div_delta, div_lambda : float
-        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import holmes_settings
-    >>> holmes_settings("release", "tvr").base.margin
-    0.1
-
-    References
-    ----------
-    Holmes (ICML 2026), App. B.1, Eq. 22-23; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    margin: float
-    div_delta: float
-    hard_negative_topk: int = 20
-    video_negative: str = "hardest"
-    nce_video_to_text: str = "release"
-    div_alpha: float = 32.0
-    div_lambda: float = 1.0
+    if isinstance(captions_per_video, bool) or not isinstance(captions_per_video, (int, float)):
+        raise TypeError(f"captions_per_video must be a number, got {type(captions_per_video).__name__}")
+    if not (0 < captions_per_video < float("inf")):
+        raise ValueError(f"captions_per_video must be a finite number > 0, got {captions_per_video}")
+    return min(CAPTIONS_PER_VIDEO, key=lambda d: (abs(CAPTIONS_PER_VIDEO[d] - captions_per_video),
+                                                   -CAPTIONS_PER_VIDEO[d]))
 
 
 @dataclass(frozen=True)
@@ -477,8 +386,7 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
     ----------
     Holmes (ICML 2026), §3.2-3.4, §4.2 and App. A.1; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
-    if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(map(repr, PRESETS))}; got {preset!r}")
+    check_choice(preset, "preset", PRESETS)
     if dataset is None:
         if preset == "release":
             raise ValueError("dataset is required for the 'release' preset: 'tvr', 'activitynet' or 'charades'")
@@ -525,10 +433,22 @@ def apply_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], owner: st
     ----------
     Used by every ``from_preset`` of the package (Holmes, ICML 2026, and its release's presets).
     """
-    unknown = sorted(set(overrides) - set(kwargs))
-    if unknown:
-        raise TypeError(
-            f"{owner}.from_preset() got unexpected override(s) {', '.join(map(repr, unknown))}; "
-            f"accepted: {', '.join(sorted(kwargs))}"
-        )
+    reject_unknown(overrides, kwargs, owner)
     return {**kwargs, **overrides}
+
+
+def module_settings(preset: str, dataset: str | None) -> HolmesSettings:
+    """The settings every module's ``from_preset`` reads: :func:`holmes_settings` with ``dataset=None``
+    taken as ``"tvr"`` (the documented default for a data set of one's own).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import module_settings
+    >>> module_settings("release", None).dataset
+    'tvr'
+
+    References
+    ----------
+    The official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs/tvr.py``).
+    """
+    return holmes_settings(preset, "tvr" if dataset is None else dataset)

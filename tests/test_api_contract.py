@@ -3,6 +3,7 @@ rule, one device policy, one reduction convention, the validation switch and com
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -32,7 +33,7 @@ def test_identifier_equals_identify():
     frame, clip, qv = _pair()
     for preset in ("paper", "release"):
         module = ep.UncertaintyGuidedIdentifier.from_preset(preset, "tvr")
-        a, b = module(frame, clip, qv), F.identify(frame, clip, qv, **module.settings())
+        a, b = module(frame, clip, qv), F.identify(frame, clip, qv, **dataclasses.asdict(module.settings()))
         assert torch.equal(a.query_type, b.query_type) and torch.equal(a.frame.aleatoric, b.frame.aleatoric)
 
 
@@ -48,17 +49,19 @@ def test_fusion_module_equals_functional():
 def test_inter_module_equals_functional(preset):
     frame, clip, qv = _pair()
     module = ep.EvidentialRetrievalLoss.from_preset(preset, "activitynet")
-    assert torch.equal(module(frame, clip, qv), F.inter_video_loss(frame, clip, qv, **module.settings()))
+    assert torch.equal(module(frame, clip, qv), F.inter_video_loss(frame, clip, qv, **dataclasses.asdict(module.settings())))
 
 
 @pytest.mark.parametrize("preset", ["paper", "release"])
 def test_transport_and_intra_modules_equal_functionals(preset):
     sim, qmask = _groups()
     fot = ep.FlexibleOT.from_preset(preset, "tvr")
-    a, b = fot(sim, qmask), F.flexible_ot(sim, qmask, **fot.settings())
+    a, b = fot(sim, qmask), F.flexible_ot(sim, qmask, **dataclasses.asdict(fot.settings()))
     assert torch.equal(a.plan, b.plan) and torch.equal(a.assignment, b.assignment)
     intra = ep.IntraVideoEvidentialLoss.from_preset(preset, "tvr")
-    assert torch.equal(intra(sim, qmask), F.intra_video_loss(sim, qmask, **intra.settings()))
+    transport = {k: v for k, v in dataclasses.asdict(intra.fot.settings()).items() if k != "grad"}
+    assert torch.equal(intra(sim, qmask),
+                       F.intra_video_loss(sim, qmask, **dataclasses.asdict(intra.settings()), **transport))
 
 
 def test_base_loss_modules_equal_functionals():
@@ -67,7 +70,9 @@ def test_base_loss_modules_equal_functionals():
     base = ep.BaseRetrievalLoss.from_preset("release", "tvr")
     generator = lambda: torch.Generator().manual_seed(5)  # noqa: E731
     assert torch.equal(base(frame, clip, emb, qv, generator=generator()),
-                       F.base_retrieval_loss(frame, clip, emb, qv, **base.settings(), generator=generator()))
+                       F.base_retrieval_loss(frame, clip, emb, qv, **{**dataclasses.asdict(base.settings()),
+                                                                        "hard_negative_topk": None},
+                                             generator=generator()))
     triplet = ep.TripletRankingLoss.from_preset("release", "tvr")
     assert torch.equal(triplet(frame, qv, generator()), F.triplet_ranking_loss(frame, qv, 0.1, None, generator()))
     assert torch.equal(ep.InfoNCELoss()(frame, qv), F.info_nce_loss(frame, qv))
@@ -84,13 +89,16 @@ PRESET_CLASSES = [ep.UncertaintyGuidedIdentifier, ep.EvidentialRetrievalLoss, ep
 @pytest.mark.parametrize("cls", PRESET_CLASSES, ids=lambda c: c.__name__)
 def test_every_preset_class_takes_the_same_call(cls):
     params = list(inspect.signature(cls.from_preset).parameters.values())
-    assert [p.name for p in params] == ["preset", "dataset", "overrides"]
-    assert params[1].default is None and params[2].kind is inspect.Parameter.VAR_KEYWORD
+    extra = ["schedule"] if cls is ep.HolmesCriterion else []  # the criterion's keyword-only schedule
+    assert [p.name for p in params] == ["preset", "dataset", *extra, "overrides"]
+    assert params[1].default is None and params[-1].kind is inspect.Parameter.VAR_KEYWORD
     for dataset in ("tvr", "activitynet", "charades", "act", "cha"):
         cls.from_preset("release", dataset)
         cls.from_preset("paper", dataset)
-    with pytest.raises(ValueError, match="dataset"):
-        cls.from_preset("release")
+    # no data set: the TVR settings (a data set of one's own)
+    assert repr(cls.from_preset("release")) == repr(cls.from_preset("release", "tvr"))
+    with pytest.raises(ValueError, match=r"dataset=None.*closest_dataset"):
+        cls.from_preset("release", "hiddenprvr")
     with pytest.raises(ValueError, match="preset"):
         cls.from_preset("official", "tvr")
     with pytest.raises(TypeError, match="'not_a_setting'"):

@@ -24,6 +24,9 @@ SMOKE_RUNS = [
     ("training_step.py", "--videos 4 --captions 2 --frames 8 --query-len 5 --visual-dim 16 --text-dim 12 "
      "--hidden 16 --config embedded --repeats 1 --warmup 0 --threads 1", "ratio"),
     ("evaluation.py", "--queries 20 --videos 10 --hidden 16 --clips 4 --frames 8 --device cpu --threads 1", "recall"),
+    ("hud_step_time.py", "--batch 4 --frames 2 --tokens 4 --video-dim 8 --repeats 1 --warmup 0 --threads 1",
+     "ratio HUD / base"),
+    ("dab_step_time.py", "--batch 4 --gallery 8 --repeats 1 --threads 1", "DAB training step / base"),
 ]
 
 

@@ -253,6 +253,15 @@ def check_biased(d):
     return out, _grads_finite(out, composed)
 
 
+def check_max_similarity(d):
+    q, v, m = d.int(1, 4), d.int(1, 4), d.int(1, 6)
+    query, video = d.sim(q, 8, grad=True), d.sim(v, m, 8, grad=True)
+    mask = d.mask(v, m)
+    mask[:, 0] = True  # every video keeps a valid token
+    out = F.max_similarity(query, video, mask, chunk_size=d.int(1, 4))
+    return out, _grads_finite(out, query, video)
+
+
 def check_identify(d):
     frame, clip, labels = _pair(d)
     return F.identify(frame, clip, labels, **_preset(d))
@@ -352,6 +361,7 @@ def check_selective_confidence(d):
 
 
 CHECKS: dict[str, Callable[[Draw], object]] = {
+    "max_similarity": check_max_similarity,
     "evidence": check_evidence,
     "opinion": lambda d: F.opinion(d.alpha(4, 6)),
     "expected_entropy": lambda d: F.expected_entropy(d.alpha(4, 6)),
@@ -401,7 +411,7 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
 
 
 #: The checks that also differentiate (their result holds a :class:`Gradients`).
-DIFFERENTIABLE = ("sinkhorn", "flexible_ot", "intra_video_loss", "inter_video_loss", "triplet_ranking_loss",
+DIFFERENTIABLE = ("max_similarity", "sinkhorn", "flexible_ot", "intra_video_loss", "inter_video_loss", "triplet_ranking_loss",
                   "info_nce_loss", "query_diversity_loss", "base_retrieval_loss", "pac_loss", "biased_max_similarity",
                   "batch_classification_loss", "holistic_atomistic_consistency_loss", "gallery_opinion",
                   "selective_confidence")

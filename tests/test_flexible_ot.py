@@ -254,8 +254,7 @@ def test_presets():
     assert FlexibleOT.from_preset("release", dataset="tvr", epsilon=0.05).epsilon == 0.05
     with pytest.raises(ValueError, match="preset"):
         FlexibleOT.from_preset("best")
-    with pytest.raises(ValueError, match="dataset"):
-        FlexibleOT.from_preset("release")
+    assert FlexibleOT.from_preset("release").settings() == FlexibleOT.from_preset("release", "tvr").settings()
     with pytest.raises(TypeError, match="'eps'"):
         FlexibleOT.from_preset("release", dataset="tvr", eps=0.1)
 

@@ -37,7 +37,7 @@ def test_base_retrieval_family_refuses_non_finite_scores(bad):
 
 def test_base_retrieval_loss_refuses_mismatched_branches():
     qv = torch.tensor([0, 0, 1, 2, 3, 3])
-    with pytest.raises(ValueError, match=r"frame_sim and clip_sim must have the same shape, got \(6, 5\) and \(6, 4\)"):
+    with pytest.raises(ValueError, match=r"frame_sim and clip_sim must have the same shape \[num_queries, num_videos\], got \(6, 5\) and \(6, 4\)"):
         ep.BaseRetrievalLoss()(torch.rand(6, 5), torch.rand(6, 4), torch.rand(6, 8), qv)
     with pytest.raises(ValueError, match="query_emb must have 6 rows"):
         ep.BaseRetrievalLoss()(torch.rand(6, 4), torch.rand(6, 4), torch.rand(5, 8), qv)

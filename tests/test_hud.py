@@ -120,6 +120,54 @@ def test_text_embedding_mask_and_gradcheck(device):
     assert torch.autograd.gradcheck(lambda a, b: tuple(m64(a, b)), (t64, r64))
 
 
+def _embedding_by_torch_attention(module, text, ref, mask):
+    """Eq. 2 with the module's two ``nn.MultiheadAttention`` called as torch implements them (the reference)."""
+    query = text if text.dim() == 3 else text.unsqueeze(1)
+    padding = None if mask is None else ~mask
+    mean = module.mean_attention(query, ref, ref, key_padding_mask=padding, need_weights=False)[0]
+    logvar = module.logvar_attention(query, ref, ref, key_padding_mask=padding, need_weights=False)[0]
+    mu, logvar = module.mean_head(mean + query), module.logvar_head(logvar + query).clamp(-6, 2)
+    return (mu, logvar) if text.dim() == 3 else (mu.squeeze(1), logvar.squeeze(1))
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+@pytest.mark.parametrize("n_keys", [1, 4])
+@pytest.mark.parametrize("queries", [None, 3])
+@pytest.mark.parametrize("masked", [False, True])
+def test_text_embedding_equals_torch_attention_values_and_gradients(heads, n_keys, queries, masked):
+    """The fused two-attention evaluation (and its one-key shortcut) equals torch's MultiheadAttention modules."""
+    module = ProbabilisticTextEmbedding(8, num_heads=heads).double()
+    perturb(module, scale=0.5)
+    g = torch.Generator().manual_seed(heads + 10 * n_keys)
+    text = torch.randn(3, *(() if queries is None else (queries,)), 8, generator=g, dtype=torch.float64)
+    ref = torch.randn(3, n_keys, 8, generator=g, dtype=torch.float64)
+    mask = None
+    if masked:
+        mask = torch.ones(3, n_keys, dtype=torch.bool)
+        mask[0, 1:] = False
+    grads = []
+    for outputs in (lambda: tuple(module(text, ref, mask)), lambda: _embedding_by_torch_attention(module, text, ref, mask)):
+        module.zero_grad()
+        mu, logvar = outputs()
+        (mu.sin().sum() + logvar.cos().sum()).backward()
+        grads.append(([mu.detach(), logvar.detach()], [p.grad.clone() for p in module.parameters()]))
+    (got, got_grads), (expected, expected_grads) = grads
+    assert got[0].shape == text.shape
+    for a, b in zip(got + got_grads, expected + expected_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_text_embedding_of_several_queries_equals_one_query_at_a_time():
+    module = ProbabilisticTextEmbedding(4, num_heads=2).double()
+    perturb(module)
+    text, ref = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(2, 5, 4, dtype=torch.float64)
+    out = module(text, ref)
+    for i in range(3):
+        single = module(text[:, i], ref)
+        torch.testing.assert_close(out.mu[:, i], single.mu)
+        torch.testing.assert_close(out.logvar[:, i], single.logvar)
+
+
 def test_text_embedding_errors():
     module = ProbabilisticTextEmbedding(4)
     with pytest.raises(ValueError, match="num_heads must divide dim"):

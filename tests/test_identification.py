@@ -227,8 +227,7 @@ def test_errors():
         UncertaintyGuidedIdentifier(fusion="vote")
     with pytest.raises(ValueError, match="tanh_scaling"):
         UncertaintyGuidedIdentifier(tanh_scaling="none")
-    with pytest.raises(ValueError, match="dataset"):
-        UncertaintyGuidedIdentifier.from_preset("release")
+    assert UncertaintyGuidedIdentifier.from_preset("release").tau == 0.05  # dataset=None: TVR
     with pytest.raises(ValueError, match="dataset"):
         UncertaintyGuidedIdentifier.from_preset("release", dataset="msrvtt")
     with pytest.raises(ValueError, match="preset"):

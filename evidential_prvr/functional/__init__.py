@@ -4,6 +4,9 @@ This is the one public path of every function; the modules that implement them a
 ``nn.Module`` wrappers in :mod:`evidential_prvr` hold hyperparameters and call these functions.
 """
 
+# Query × video scores (Holmes Eq. 1)
+from evidential_prvr.functional._scores import max_similarity
+
 # Evidence, opinions and uncertainties (Holmes Eq. 3-9)
 from evidential_prvr.functional._evidence import evidence, expected_entropy, label_consistency, opinion
 from evidential_prvr.functional._targets import correctly_matched, normalized_target, positive_mask
@@ -45,6 +48,8 @@ from evidential_prvr.functional._query_types import (
 from evidential_prvr.functional._selective import selective_confidence
 
 __all__ = [
+    # scores
+    "max_similarity",
     # evidence and opinions
     "evidence",
     "opinion",

@@ -12,17 +12,15 @@ import math
 import torch
 import torch.nn.functional as F
 
+from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 from evidential_prvr._checks import (
-    check_finite,
     check_in_range,
-    check_nonempty,
     check_positive,
     check_positive_int,
     check_same_shape,
-    check_square,
+    check_square_scores,
     check_tensor,
     compute_dtype,
-    should_validate,
 )
 
 __all__ = [
@@ -33,6 +31,7 @@ __all__ = [
 ]
 
 
+@insert_docs(returns=SCALAR_LOSS)
 def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = None) -> torch.Tensor:
     """Probabilistic Alignment Contrastive loss (DAB, Key Design 3).
 
@@ -59,10 +58,7 @@ def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = Non
     validate_args : bool, optional
         Check that ``cost`` is finite (a host synchronisation).
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {returns}
 
     Examples
     --------
@@ -75,12 +71,8 @@ def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = Non
     ----------
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 3.
     """
-    check_tensor(cost, "cost", ndim=2, floating=True)
-    check_square(cost, "cost")
-    check_nonempty(cost, "cost")
+    check_square_scores(cost, "cost", validate_args)
     check_positive(tau, "tau")
-    if should_validate(validate_args):
-        check_finite(cost, "cost")
     logits = -cost.to(compute_dtype(cost)) / tau
     labels = torch.arange(cost.shape[0], device=cost.device)
     return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)

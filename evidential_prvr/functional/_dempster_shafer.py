@@ -111,12 +111,20 @@ def ds_combine(alpha_a: torch.Tensor, alpha_b: torch.Tensor, *, validate_args: b
     ----------
     Holmes (ICML 2026), Eq. 16; Han et al., "Trusted Multi-View Classification", ICLR 2021.
     """
+    return _checked_combine(alpha_a, alpha_b, validate_args)[0]
+
+
+def _checked_combine(
+    alpha_a: torch.Tensor, alpha_b: torch.Tensor, validate_args: bool | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fused parameters of :func:`ds_combine` and the two promoted inputs, with the input and
+    (validation on) overflow checks."""
     validate = should_validate(validate_args)
     a, b = _promote_pair(alpha_a, alpha_b, validate)
     fused = _ds_combine(a, b)
     if validate:
         _check_no_overflow(fused, a, b)
-    return fused
+    return fused, a, b
 
 
 def _check_no_overflow(fused: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -197,11 +205,7 @@ def dempster_shafer_fusion(
     ----------
     Holmes (ICML 2026), Eq. 16; Han et al., "Trusted Multi-View Classification", ICLR 2021.
     """
-    validate = should_validate(validate_args)
-    a, b = _promote_pair(alpha_a, alpha_b, validate)
-    alpha = _ds_combine(a, b)
-    if validate:
-        _check_no_overflow(alpha, a, b)
+    alpha, a, b = _checked_combine(alpha_a, alpha_b, validate_args)
     return _dempster_shafer_fusion(alpha, _opinion(a), _opinion(b))
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from evidential_prvr._overrides import settings_keywords
 from evidential_prvr._checks import (
     as_mask,
     check_choice,
@@ -33,6 +34,7 @@ __all__ = [
     "MINMAX_SCOPES",
     "FlexibleOTResult",
     "POTProblem",
+    "TransportSettings",
     "flexible_ot",
     "flexible_ot_pot_problems",
 ]
@@ -45,7 +47,6 @@ FOT_NORMALIZATIONS = ("minmax", None)
 
 MINMAX_SCOPES = ("block", "valid")
 """Entries the min-max normalisation reads: the whole padded block (release) or the valid ones."""
-
 
 
 @dataclass
@@ -131,9 +132,49 @@ class POTProblem:
     clip_index: np.ndarray
 
 
-@dataclass(frozen=True)
-class FOTSettings:
-    """The hyperparameters of :func:`flexible_ot`, validated once (see its parameters)."""
+@dataclass(frozen=True, kw_only=True)
+class TransportSettings:
+    """The hyperparameters of flexible optimal transport (Holmes §3.3, Eq. 19-20, App. B.5), checked once.
+
+    The one schema of :func:`flexible_ot`, :class:`~evidential_prvr.FlexibleOT` and the registry's
+    ``transport`` section (:func:`evidential_prvr.presets.holmes_settings`); keyword-only.
+
+    Attributes
+    ----------
+    epsilon : float
+        Entropic regularisation ε > 0 (the release's ``pot_scale``; the paper gives none).
+    n_iters : int
+        Sinkhorn iterations (maximum when ``tol`` is set).
+    dustbin_quantile : float or None
+        The dustbin value z is this quantile of the similarities ("bottom 30%"); ``None``: no dustbin
+        (plain OT, Eq. 19).
+    normalize : {"minmax", None}
+        Min-max normalisation of each video's similarities before the transport.
+    minmax_over : {"block", "valid"}
+        Entries the min and max are taken over: the whole padded ``[Mq, Mc]`` block, padded caption
+        slots included (release), or the valid entries only.
+    marginals : {"release", "uniform"}
+        Row marginals: SuperGlue-style ``1/(Mc+Mq)`` per query and ``Mc/(Mc+Mq)`` for the dustbin
+        (release), or uniform (App. B.5).
+    grad : {"detach", "autodiff"}
+        Stop-gradient plan (both presets) or backpropagation through the iterations.
+    tol : float or None
+        Early-stopping tolerance on the row marginals (host synchronisations every 10 iterations).
+    method : {"auto", "log", "scaling"}
+        Sinkhorn iteration scheme.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import TransportSettings, holmes_settings
+    >>> holmes_settings("release", "tvr").transport == TransportSettings()  # the release's are the defaults
+    True
+    >>> TransportSettings(epsilon=0.05, dustbin_quantile=None).marginals
+    'release'
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    """
 
     epsilon: float = 0.1
     n_iters: int = 50
@@ -141,8 +182,8 @@ class FOTSettings:
     normalize: str | None = "minmax"
     minmax_over: str = "block"
     marginals: str = "release"
-    tol: float | None = None
     grad: str = "detach"
+    tol: float | None = None
     method: str = "auto"
 
     def __post_init__(self) -> None:
@@ -160,20 +201,17 @@ class FOTSettings:
         check_choice(self.method, "method", SINKHORN_METHODS)
 
 
+POT_FIELDS = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals")
+"""The transport settings that shape the problem POT solves (not the solver's own ``tol``, ``grad``, ``method``)."""
+
+
+@settings_keywords(TransportSettings)
 def flexible_ot(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
-    epsilon: float = 0.1,
-    n_iters: int = 50,
-    dustbin_quantile: float | None = 0.3,
-    normalize: str | None = "minmax",
-    minmax_over: str = "block",
-    marginals: str = "release",
-    tol: float | None = None,
-    grad: str = "detach",
-    method: str = "auto",
+    settings: TransportSettings,
     return_dustbin_value: bool = False,
     validate_args: bool | None = None,
 ) -> FlexibleOTResult:
@@ -267,14 +305,25 @@ def flexible_ot(
     Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; Sarlin et al., "SuperGlue: Learning Feature
     Matching with Graph Neural Networks", CVPR 2020 (the dustbin and its marginals).
     """
-    settings = FOTSettings(epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, grad, method)
+    return run_flexible_ot(sim, query_mask, clip_mask, settings, return_dustbin_value, validate_args)
+
+
+def run_flexible_ot(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None,
+    clip_mask: torch.Tensor | None,
+    settings: TransportSettings,
+    return_dustbin_value: bool,
+    validate_args: bool | None,
+) -> FlexibleOTResult:
+    """:func:`flexible_ot` with its settings already checked (the path of :class:`~evidential_prvr.FlexibleOT`)."""
     validate = should_validate(validate_args)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, validate)
     return _flexible_ot(sim, qmask, cmask, valid, dense, settings, validate, return_dustbin_value)
 
 
 def prepare_fot_inputs(
-    sim: object, query_mask: object, clip_mask: object, settings: FOTSettings, validate: bool
+    sim: object, query_mask: object, clip_mask: object, settings: TransportSettings, validate: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
     """Check ``sim`` and the masks; return boolean masks, the valid-entry mask and ``dense``
     (no mask given: nothing is padded)."""
@@ -308,7 +357,7 @@ def prepare_fot_inputs(
 
 
 def fot_similarity(
-    sim: torch.Tensor, valid: torch.Tensor, settings: FOTSettings, dense: bool, input_dtype: torch.dtype | None = None
+    sim: torch.Tensor, valid: torch.Tensor, settings: TransportSettings, dense: bool, input_dtype: torch.dtype | None = None
 ) -> torch.Tensor:
     """The similarities the transport uses (normalised as ``settings`` says), padded entries set to 0.
 
@@ -332,7 +381,7 @@ def fot_similarity(
 
 
 def _fot_marginals(
-    qmask: torch.Tensor, cmask: torch.Tensor, dtype: torch.dtype, settings: FOTSettings
+    qmask: torch.Tensor, cmask: torch.Tensor, dtype: torch.dtype, settings: TransportSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Row marginals ``[B, Mq (+1)]`` and clip marginals ``[B, Mc]``; 0 at padded entries."""
     nq = qmask.sum(dim=1, keepdim=True).to(dtype)
@@ -370,7 +419,7 @@ def _flexible_ot(
     cmask: torch.Tensor,
     valid: torch.Tensor,
     dense: bool,
-    settings: FOTSettings,
+    settings: TransportSettings,
     validate: bool,
     return_dustbin_value: bool,
 ) -> FlexibleOTResult:
@@ -406,17 +455,13 @@ def _flexible_ot(
 
 
 @torch.no_grad()
+@settings_keywords(TransportSettings, fields=POT_FIELDS)
 def flexible_ot_pot_problems(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
-    epsilon: float = 0.1,
-    n_iters: int = 50,
-    dustbin_quantile: float | None = 0.3,
-    normalize: str | None = "minmax",
-    minmax_over: str = "block",
-    marginals: str = "release",
+    settings: TransportSettings,
 ) -> list[POTProblem]:
     """Per video, the ``(a, b, M, reg)`` that ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")``
     solves to the same plan as :func:`flexible_ot` with the same settings (at convergence; with the
@@ -436,11 +481,11 @@ def flexible_ot_pot_problems(
     ----------
     Holmes (ICML 2026), Eq. 20; Flamary et al., "POT: Python Optimal Transport", JMLR 2021.
     """
-    settings = FOTSettings(epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, True)
     x = fot_similarity(sim.detach().to(torch.float64), valid, settings, dense)
     a_all, b_all = _fot_marginals(qmask, cmask, torch.float64, settings)
-    z = _dustbin_value(x, valid, dustbin_quantile) if dustbin_quantile is not None else None
+    quantile = settings.dustbin_quantile
+    z = _dustbin_value(x, valid, quantile) if quantile is not None else None
     problems = []
     for k in range(x.shape[0]):
         qi = torch.nonzero(qmask[k]).flatten()
@@ -451,5 +496,5 @@ def flexible_ot_pot_problems(
             gains = torch.cat([gains, z[k].expand(1, ci.numel())], dim=0)
             a = torch.cat([a, a_all[k][-1:]])
         problems.append(POTProblem(a=a.cpu().numpy(), b=b_all[k][ci].cpu().numpy(), M=(-gains).cpu().numpy(),
-                                   reg=float(epsilon), query_index=qi.cpu().numpy(), clip_index=ci.cpu().numpy()))
+                                   reg=float(settings.epsilon), query_index=qi.cpu().numpy(), clip_index=ci.cpu().numpy()))
     return problems

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 
+from evidential_prvr._docs import finite_check, insert_docs
 from evidential_prvr._checks import (
     check_finite,
     check_nonempty,
@@ -242,6 +243,7 @@ def pairwise_wasserstein2(
     return sq if squared else sq.clamp_min(1e-12).sqrt()
 
 
+@insert_docs(validate_args=finite_check("cost"))
 def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Per-query confidence: second-lowest minus lowest cost in each row (DAB, "KL margin").
 
@@ -275,9 +277,7 @@ def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch
     ----------
     cost : torch.Tensor
         ``[Q, V]`` costs (lower = better match), ``V >= 2``.
-    validate_args : bool, optional
-        Check that ``cost`` is finite (a host synchronisation); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`.
+    {validate_args}
 
     Returns
     -------
@@ -305,6 +305,7 @@ def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch
     return lowest_two[:, 1] - lowest_two[:, 0]
 
 
+@insert_docs(validate_args=finite_check("logvar"))
 def reparameterised_sample(
     mu: torch.Tensor,
     logvar: torch.Tensor,
@@ -328,9 +329,7 @@ def reparameterised_sample(
     generator : torch.Generator, optional
         Source of the noise :math:`\\eta \\sim \\mathcal{N}(0, I)`; with a seeded generator on the
         inputs' device the samples are deterministic.
-    validate_args : bool, optional
-        Check that ``logvar`` is finite (a host synchronisation); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`.
+    {validate_args}
 
     Returns
     -------

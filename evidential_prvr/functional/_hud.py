@@ -9,13 +9,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
     check_nonempty,
     check_positive,
     check_same_shape,
-    check_square,
+    check_square_scores,
     check_tensor,
     compute_dtype,
     should_validate,
@@ -57,6 +58,13 @@ def biased_max_similarity(
     query scoring); when the target tokens are copies of one holistic token (HUD "extends" the
     target to :math:`1+U` tokens) it equals ``"paired"``. No temperature is applied inside the
     softmax and tokens are used as given (normalise them beforehand for cosine similarities).
+
+    The max over target tokens is ``torch.max`` (with indices): at an exact tie between target
+    tokens its gradient goes to one of them, where ``amax`` would split it among them; the
+    similarity and every gradient away from ties are the same. Exact ties come from duplicated
+    target tokens (e.g. padded tokens filled with copies of a valid one), whose gradients reach the
+    same source either way. ``max`` is used because ``amax``'s backward (an equality mask, a count
+    and a division over all :math:`B_q B_t K M` scores) costs about as much as the scores themselves.
 
     Parameters
     ----------
@@ -113,30 +121,49 @@ def biased_max_similarity(
     dtype = torch.promote_types(compute_dtype(composed_tokens), compute_dtype(target_tokens))
     composed, target = composed_tokens.to(dtype), target_tokens.to(dtype)
     if token_matching == "max":
-        token_sim = torch.einsum("qkd,tmd->qtkm", composed, target).amax(dim=-1)
+        token_sim = max_token_similarity(composed, target)
     else:
-        token_sim = torch.einsum("qkd,tkd->qtk", composed, target)
-    weights = torch.softmax(token_sim, dim=-1) + bias.to(dtype)
-    return (weights * token_sim).sum(dim=-1)
+        token_sim = torch.einsum("qkd,tkd->qkt", composed, target)
+    weights = torch.softmax(token_sim, dim=1) + bias.to(dtype).unsqueeze(-1)
+    return (weights * token_sim).sum(dim=1)
 
 
-def _check_similarity(sim: torch.Tensor, name: str) -> None:
-    check_tensor(sim, name, ndim=2, floating=True)
-    check_square(sim, name)
-    check_nonempty(sim, name)
-    if should_validate(None):
-        check_finite(sim, name)
+def max_token_similarity(composed: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``[B_q, K, B_t]`` best match :math:`s_{qt,k} = \\max_m \\langle c_{q,k}, g_{t,m} \\rangle` (HUD Eq. 10-11).
+
+    ``composed`` ``[B_q, K, D]`` and ``target`` ``[B_t, M, D]`` of one dtype, unchecked (callers validate). One
+    matrix product ``[B_q K, D] @ [D, B_t M]`` whose ``[B_q, K, B_t, M]`` view is reduced over its last,
+    contiguous axis (no permuted copy); with one target token (a holistic target) there is nothing to reduce.
+    Gradients at exact ties: see :func:`biased_max_similarity`.
+    """
+    n_query, n_composed, dim = composed.shape
+    n_target, n_tokens, _ = target.shape
+    scores = composed.reshape(n_query * n_composed, dim) @ target.reshape(n_target * n_tokens, dim).T
+    if n_tokens == 1:
+        return scores.view(n_query, n_composed, n_target)
+    return scores.view(n_query, n_composed, n_target, n_tokens).max(dim=-1).values
+
+
+_SIMILARITY_PAIR_PARAMETERS = """\
+Parameters
+----------
+holistic_sim, atomistic_sim : torch.Tensor
+    ``[B, B]`` similarities (rows = composed queries, columns = targets).
+tau : float, default 0.1
+    Temperature (HUD uses 0.1)."""
+"""The parameters of the two HUD losses on a pair of similarity matrices (Eq. 12-14)."""
 
 
 def _check_similarity_pair(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float) -> torch.dtype:
     """Validate the arguments of the two HUD losses; return the dtype to compute them in."""
-    _check_similarity(holistic_sim, "holistic_sim")
-    _check_similarity(atomistic_sim, "atomistic_sim")
+    check_square_scores(holistic_sim, "holistic_sim", None)
+    check_square_scores(atomistic_sim, "atomistic_sim", None)
     check_same_shape(holistic_sim, atomistic_sim, "holistic_sim", "atomistic_sim")
     check_positive(tau, "tau")
     return torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
 
 
+@insert_docs(parameters=_SIMILARITY_PAIR_PARAMETERS, returns=SCALAR_LOSS)
 def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1) -> torch.Tensor:
     """Batch-based classification loss on summed holistic and atomistic similarities (HUD Eq. 12).
 
@@ -147,17 +174,9 @@ def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.T
 
     Only the query-to-target direction, as in HUD.
 
-    Parameters
-    ----------
-    holistic_sim, atomistic_sim : torch.Tensor
-        ``[B, B]`` similarities (rows = composed queries, columns = targets).
-    tau : float, default 0.1
-        Temperature (HUD uses 0.1).
+    {parameters}
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss.
+    {returns}
 
     Examples
     --------
@@ -176,6 +195,7 @@ def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.T
     return F.cross_entropy(logits, labels)
 
 
+@insert_docs(parameters=_SIMILARITY_PAIR_PARAMETERS)
 def holistic_atomistic_consistency_loss(
     holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1
 ) -> torch.Tensor:
@@ -194,12 +214,7 @@ def holistic_atomistic_consistency_loss(
     Gradients flow into both arguments of each KL (HUD mentions no stop-gradient). Computed from
     ``log_softmax`` in float32 or wider.
 
-    Parameters
-    ----------
-    holistic_sim, atomistic_sim : torch.Tensor
-        ``[B, B]`` similarities (rows = composed queries, columns = targets).
-    tau : float, default 0.1
-        Temperature (HUD uses 0.1).
+    {parameters}
 
     Returns
     -------

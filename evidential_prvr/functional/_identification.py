@@ -13,13 +13,14 @@ from enum import IntEnum
 
 import torch
 
+from evidential_prvr._overrides import settings_keywords
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
     check_in_range,
     check_positive,
     check_same_device,
-    check_same_shape,
     check_tensor,
     compute_dtype,
     should_validate,
@@ -31,6 +32,7 @@ from evidential_prvr.functional._evidence import (
     _label_consistency,
     _opinion,
 )
+from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.functional._targets import MATCH_RULES, correctly_matched, normalized_target, positive_mask
 
 __all__ = [
@@ -159,9 +161,21 @@ class Identification:
     clip: BranchIdentification
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class IdentificationSettings:
-    """The hyperparameters of :func:`identify`, validated once (see its parameters)."""
+    """The hyperparameters of :func:`identify` and :class:`~evidential_prvr.UncertaintyGuidedIdentifier`,
+    checked once (see :func:`identify` for their meaning); keyword-only.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import IdentificationSettings
+    >>> IdentificationSettings(beta=0.4).tau
+    0.1
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 10-14.
+    """
 
     beta: float = 0.3
     tau: float = 0.1
@@ -205,16 +219,25 @@ def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: 
     return frame_type.clone() if fusion == "frame" else clip_type.clone()
 
 
+SCORE_PAIR = """\
+frame_sim, clip_sim : torch.Tensor
+    Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
+query_video : torch.Tensor
+    ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``."""
+"""The score-pair parameters of :func:`identify` and :func:`~evidential_prvr.functional.inter_video_loss`."""
+
+
 def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, validate: bool) -> torch.Tensor:
     """Validate ``frame_sim [Q, V]``, ``clip_sim [Q, V]`` and their positives; return the positive mask."""
     check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
     check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
     assert isinstance(frame_sim, torch.Tensor) and isinstance(clip_sim, torch.Tensor)
-    check_same_shape(frame_sim, clip_sim, "frame_sim", "clip_sim")
+    check_score_pair_shapes(frame_sim, clip_sim, "frame_sim", "clip_sim")
     if frame_sim.shape[0] == 0 or frame_sim.shape[1] == 0:
         raise ValueError(f"frame_sim must hold at least one query and one video, got shape {tuple(frame_sim.shape)}")
-    check_tensor(query_video, "query_video")
+    check_tensor(query_video, "query_video", ndim=(1, 2))
     assert isinstance(query_video, torch.Tensor)
+    check_score_layout(frame_sim, "frame_sim", query_video)
     check_same_device(frame_sim=frame_sim, clip_sim=clip_sim, query_video=query_video)
     if validate:
         check_finite(frame_sim, "frame_sim")
@@ -222,17 +245,14 @@ def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, v
     return positive_mask(query_video, frame_sim.shape[1], frame_sim.shape[0], validate=validate)
 
 
+@insert_docs(score_pair=SCORE_PAIR)
+@settings_keywords(IdentificationSettings)
 def identify(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     *,
-    beta: float = 0.3,
-    tau: float = 0.1,
-    tanh_scaling: str = "inside",
-    entropy_median: str = "candidates",
-    matched: str = "any_positive",
-    fusion: str = "uncertainty_dominant",
+    settings: IdentificationSettings,
     validate_args: bool | None = None,
 ) -> Identification:
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
@@ -258,10 +278,7 @@ def identify(
 
     Parameters
     ----------
-    frame_sim, clip_sim : torch.Tensor
-        Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
-    query_video : torch.Tensor
-        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
+    {score_pair}
     beta : float
         :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
     tau : float
@@ -294,7 +311,14 @@ def identify(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 10-14.
     """
-    settings = IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)
+    return run_identify(frame_sim, clip_sim, query_video, settings, validate_args)
+
+
+def run_identify(
+    frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor, settings: IdentificationSettings,
+    validate_args: bool | None,
+) -> Identification:
+    """:func:`identify` with its settings already checked (the path of the identifier module)."""
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     with torch.no_grad():

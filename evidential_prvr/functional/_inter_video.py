@@ -7,11 +7,14 @@ from dataclasses import dataclass
 
 import torch
 
+from evidential_prvr._overrides import settings_keywords
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
 from evidential_prvr.functional._dempster_shafer import _ds_combine
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse, reduce_rows
 from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
+    SCORE_PAIR,
     Identification,
     IdentificationSettings,
     QueryType,
@@ -23,6 +26,7 @@ from evidential_prvr.functional._targets import normalized_target
 __all__ = [
     "CALIBRATION_SETS",
     "INTER_TERMS",
+    "InterVideoSettings",
     "InterVideoLossDetails",
     "calibrated_target",
     "inter_video_loss",
@@ -164,16 +168,61 @@ def _calibrated_target(
         return torch.where(polysemous, calibrated, label)
 
 
-def check_inter_settings(
-    gamma: float, calibrate: bool, calibration_set: str, terms: object, reduction: str
-) -> tuple[str, ...]:
-    """Validate the loss settings of :func:`inter_video_loss` (shared with its module); return ``terms``."""
-    check_in_range(gamma, "gamma", 0.0, 1.0)
-    check_choice(calibration_set, "calibration_set", CALIBRATION_SETS)
-    check_choice(reduction, "reduction", REDUCTIONS)
-    if not isinstance(calibrate, bool):
-        raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
-    return check_terms(terms)
+@dataclass(frozen=True, kw_only=True)
+class InterVideoSettings(IdentificationSettings):
+    """The hyperparameters of inter-video evidential learning L_inter (Holmes §3.2, Eq. 3-18), checked once.
+
+    The one schema of :func:`inter_video_loss`, :class:`~evidential_prvr.EvidentialRetrievalLoss` and the
+    registry's ``inter`` section; the identification settings (inherited from ``IdentificationSettings``:
+    the fields of :func:`identify`) plus the calibration. Keyword-only.
+
+    Attributes
+    ----------
+    tau : float
+        Evidence temperature of Eq. 3.
+    tanh_scaling : {"inside", "outside"}
+        ``exp(tanh(s / tau))`` (paper) or ``exp(tanh(s) / tau)`` (release).
+    entropy_median : {"candidates", "batch"}
+        Median of Eq. 12 over the precise candidates (paper) or over the whole batch (release).
+    matched : {"any_positive", "argmax"}
+        The correctly matched set of Eq. 11: a positive attains the row maximum (paper, ties
+        included) or ``argmax == label`` with ties broken towards the first index (release).
+    beta : float
+        β of Eq. 11.
+    fusion : str
+        Partition fusion (Eq. 14: ``"uncertainty_dominant"``; Table 3 rows 5-7 the others).
+    gamma : float
+        γ of Eq. 15.
+    calibrate : bool
+        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8).
+    calibration_set : {"refined", "initial"}
+        Calibrate the fused :math:`S^o_n` (paper) or only the initial :math:`\\tilde S_n` (Table 3 row 9).
+    terms : tuple of {"frame", "clip", "fused"}
+        :math:`L_U` terms in the loss (Table 3 rows 1-3 keep fewer).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> holmes_settings("release", "activitynet").inter.tanh_scaling
+    'outside'
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 3-18; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    """
+
+    gamma: float = 0.2
+    calibrate: bool = True
+    calibration_set: str = "refined"
+    terms: tuple[str, ...] = INTER_TERMS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_in_range(self.gamma, "gamma", 0.0, 1.0)
+        if not isinstance(self.calibrate, bool):
+            raise TypeError(f"calibrate must be a bool, got {type(self.calibrate).__name__}")
+        check_choice(self.calibration_set, "calibration_set", CALIBRATION_SETS)
+        object.__setattr__(self, "terms", check_terms(self.terms))
 
 
 def check_terms(terms: object) -> tuple[str, ...]:
@@ -187,21 +236,14 @@ def check_terms(terms: object) -> tuple[str, ...]:
     return tuple(terms)
 
 
+@insert_docs(score_pair=SCORE_PAIR)
+@settings_keywords(InterVideoSettings)
 def inter_video_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     *,
-    beta: float = 0.3,
-    gamma: float = 0.2,
-    tau: float = 0.1,
-    tanh_scaling: str = "inside",
-    entropy_median: str = "candidates",
-    matched: str = "any_positive",
-    fusion: str = "uncertainty_dominant",
-    calibrate: bool = True,
-    calibration_set: str = "refined",
-    terms: Sequence[str] = INTER_TERMS,
+    settings: InterVideoSettings,
     reduction: str = "mean",
     return_details: bool = False,
     validate_args: bool | None = None,
@@ -220,10 +262,7 @@ def inter_video_loss(
 
     Parameters
     ----------
-    frame_sim, clip_sim : torch.Tensor
-        Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
-    query_video : torch.Tensor
-        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
+    {score_pair}
     beta, tau, tanh_scaling, entropy_median, matched, fusion
         Identification settings, see :func:`identify`.
     gamma : float
@@ -262,11 +301,28 @@ def inter_video_loss(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
-    settings = IdentificationSettings(beta, tau, tanh_scaling, entropy_median, matched, fusion)
-    terms = check_inter_settings(gamma, calibrate, calibration_set, terms, reduction)
+    return run_inter_video_loss(frame_sim, clip_sim, query_video, settings, reduction, return_details, validate_args)
+
+
+def run_inter_video_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    settings: InterVideoSettings,
+    reduction: str,
+    return_details: bool,
+    validate_args: bool | None,
+    *,
+    calibrate: bool | None = None,
+) -> torch.Tensor | InterVideoLossDetails:
+    """:func:`inter_video_loss` with its settings already checked (the path of
+    :class:`~evidential_prvr.EvidentialRetrievalLoss`); ``calibrate`` (when given) replaces
+    ``settings.calibrate`` for this call (the criterion's stage)."""
+    check_choice(reduction, "reduction", REDUCTIONS)
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
-    return _inter_video_loss(frame_sim, clip_sim, mask, settings, gamma, calibrate, calibration_set, terms,
-                             reduction, return_details)
+    calibrate = settings.calibrate if calibrate is None else calibrate
+    return _inter_video_loss(frame_sim, clip_sim, mask, settings, settings.gamma, calibrate, settings.calibration_set,
+                             settings.terms, reduction, return_details)
 
 
 def _inter_video_loss(

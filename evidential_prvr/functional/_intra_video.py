@@ -8,25 +8,69 @@ Table 3 (softmax over clips, OT without dustbin).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
+from evidential_prvr._overrides import settings_keywords
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse
 from evidential_prvr.functional._evidence import TANH_SCALINGS, _evidence
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
-    FOTSettings,
+    TransportSettings,
     _flexible_ot,
     fot_similarity,
     prepare_fot_inputs,
 )
 
-__all__ = ["INTRA_ASSIGNMENTS", "IntraVideoLossDetails", "intra_video_loss"]
+__all__ = ["INTRA_ASSIGNMENTS", "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss"]
 
 INTRA_ASSIGNMENTS = ("fot", "ot", "softmax")
 """Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntraVideoSettings:
+    """The evidence settings of intra-video evidential learning L_intra (Holmes §3.3), checked once.
+
+    The one schema of :func:`intra_video_loss`, :class:`~evidential_prvr.IntraVideoEvidentialLoss` and
+    the registry's ``intra`` section; the transport has its own (:class:`TransportSettings`).
+
+    Attributes
+    ----------
+    tau : float
+        Evidence temperature of the query-clip evidence (> 0).
+    tanh_scaling : {"outside", "inside"}
+        Evidence form (release: ``"outside"``; see :func:`evidence`).
+    assignment : {"fot", "ot", "softmax"}
+        Soft label: flexible transport (default) or the Table 3 ablations (rows 11-12).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import IntraVideoSettings
+    >>> IntraVideoSettings(assignment="ot")  # Table 3 row 12
+    IntraVideoSettings(tau=0.06, tanh_scaling='outside', assignment='ot')
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 and Table 3; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    """
+
+    tau: float = 0.06
+    tanh_scaling: str = "outside"
+    assignment: str = "fot"
+
+    def __post_init__(self) -> None:
+        check_positive(self.tau, "tau")
+        check_choice(self.tanh_scaling, "tanh_scaling", TANH_SCALINGS)
+        check_choice(self.assignment, "assignment", INTRA_ASSIGNMENTS)
+
+
+INTRA_TRANSPORT_FIELDS = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals", "tol",
+                          "method")
+"""The transport settings :func:`intra_video_loss` takes (the label is a stop-gradient target: no ``grad``)."""
 
 
 @dataclass
@@ -69,22 +113,15 @@ class IntraVideoLossDetails:
     transport: FlexibleOTResult | None
 
 
+@settings_keywords(IntraVideoSettings)
+@settings_keywords(TransportSettings, param="transport", fields=INTRA_TRANSPORT_FIELDS)
 def intra_video_loss(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
-    tau: float = 0.06,
-    tanh_scaling: str = "outside",
-    assignment: str = "fot",
-    epsilon: float = 0.1,
-    n_iters: int = 50,
-    dustbin_quantile: float | None = 0.3,
-    normalize: str | None = "minmax",
-    minmax_over: str = "block",
-    marginals: str = "release",
-    tol: float | None = None,
-    method: str = "auto",
+    settings: IntraVideoSettings,
+    transport: TransportSettings,
     reduction: str = "mean",
     return_details: bool = False,
     validate_args: bool | None = None,
@@ -151,18 +188,34 @@ def intra_video_loss(
     ----------
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
-    check_positive(tau, "tau")
-    check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
-    check_choice(assignment, "assignment", INTRA_ASSIGNMENTS)
+    return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, return_details,
+                                validate_args)
+
+
+def run_intra_video_loss(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None,
+    clip_mask: torch.Tensor | None,
+    settings: IntraVideoSettings,
+    transport: TransportSettings,
+    reduction: str,
+    return_details: bool,
+    validate_args: bool | None,
+) -> torch.Tensor | IntraVideoLossDetails:
+    """:func:`intra_video_loss` with its settings already checked (the path of
+    :class:`~evidential_prvr.IntraVideoEvidentialLoss`). The plan is always a stop-gradient label,
+    whatever ``transport.grad`` says; ``"ot"`` and ``"softmax"`` ignore the dustbin."""
     check_choice(reduction, "reduction", REDUCTIONS)
-    settings = FOTSettings(epsilon, n_iters, dustbin_quantile if assignment == "fot" else None, normalize,
-                           minmax_over, marginals, tol, "detach", method)
-    if assignment == "fot" and dustbin_quantile is None:
+    if settings.assignment == "fot" and transport.dustbin_quantile is None:
         raise ValueError("assignment='fot' needs a dustbin: dustbin_quantile must be a number in (0, 1), got None")
+    if transport.grad != "detach" or (settings.assignment != "fot" and transport.dustbin_quantile is not None):
+        transport = dataclasses.replace(transport, grad="detach",
+                                        dustbin_quantile=transport.dustbin_quantile if settings.assignment == "fot"
+                                        else None)
     validate = should_validate(validate_args)
-    qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, validate)
-    return _intra_video_loss(sim, qmask, cmask, valid, dense, settings, tau, tanh_scaling, assignment, reduction,
-                             return_details, validate)
+    qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, transport, validate)
+    return _intra_video_loss(sim, qmask, cmask, valid, dense, transport, settings.tau, settings.tanh_scaling,
+                             settings.assignment, reduction, return_details, validate)
 
 
 def _intra_video_loss(
@@ -171,7 +224,7 @@ def _intra_video_loss(
     cmask: torch.Tensor,
     valid: torch.Tensor,
     dense: bool,
-    settings: FOTSettings,
+    settings: TransportSettings,
     tau: float,
     tanh_scaling: str,
     assignment: str,

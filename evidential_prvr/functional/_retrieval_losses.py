@@ -13,12 +13,15 @@ contributions is exactly the loss.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
+from evidential_prvr._overrides import settings_keywords
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
@@ -33,11 +36,14 @@ from evidential_prvr._checks import (
 )
 from evidential_prvr._numerics import normalize_rows
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, reduce_rows
+from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.functional._targets import positive_mask
 
 __all__ = [
     "VIDEO_NEGATIVES",
     "NCE_VIDEO_TO_TEXT",
+    "BaseLossSettings",
+    "BaseRetrievalSettings",
     "BaseRetrievalLossDetails",
     "triplet_ranking_loss",
     "info_nce_loss",
@@ -53,6 +59,21 @@ NCE_VIDEO_TO_TEXT = ("release", "paper")
 """Video→text forms of :func:`info_nce_loss`."""
 
 
+_ROW_LOSS_RETURNS = """\
+Returns
+-------
+torch.Tensor
+    Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input."""
+_REDUCTION_AND_CHECKS = """\
+reduction : {"mean", "sum", "none"}
+    See the module documentation.
+validate_args : bool, optional
+    Check values (finite ``sim``, valid positives); host synchronisations.
+
+""" + _ROW_LOSS_RETURNS
+"""The end of the parameters and the returns of :func:`triplet_ranking_loss` and :func:`info_nce_loss`."""
+
+
 def _check_sim(sim: object, query_video: object, name: str, validate: bool) -> torch.Tensor:
     """Validate a ``[Q, V]`` score matrix and its positives; return the positive mask ``bool [Q, V]``."""
     check_tensor(sim, name, ndim=2, floating=True)
@@ -60,8 +81,9 @@ def _check_sim(sim: object, query_video: object, name: str, validate: bool) -> t
     num_queries, num_videos = sim.shape
     if num_queries == 0 or num_videos == 0:
         raise ValueError(f"{name} must have at least one query and one video, got shape {tuple(sim.shape)}")
-    check_tensor(query_video, "query_video")
+    check_tensor(query_video, "query_video", ndim=(1, 2))
     assert isinstance(query_video, torch.Tensor)
+    check_score_layout(sim, name, query_video)
     check_same_device(**{name: sim, "query_video": query_video})
     if validate:
         check_finite(sim, name)
@@ -105,6 +127,7 @@ def _positive_mean(s: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     return (s * own).sum(dim=1) / own.sum(dim=1).clamp(min=1)
 
 
+@insert_docs(reduction_and_checks=_REDUCTION_AND_CHECKS)
 def triplet_ranking_loss(
     sim: torch.Tensor,
     query_video: torch.Tensor,
@@ -153,15 +176,7 @@ def triplet_ranking_loss(
         Random source for the negative draw (on the device of ``sim``).
     video_negative : {"hardest", "pool"}
         Video→text hard-negative rule when ``hard_negative_topk`` is set.
-    reduction : {"mean", "sum", "none"}
-        See the module documentation.
-    validate_args : bool, optional
-        Check values (finite scores, valid positives); host synchronisations.
-
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input.
+    {reduction_and_checks}
 
     Examples
     --------
@@ -209,6 +224,7 @@ def _triplet_rows(
     return hinge_t2v + _share_video_terms(hinge_v2t, own)
 
 
+@insert_docs(reduction_and_checks=_REDUCTION_AND_CHECKS)
 def info_nce_loss(
     sim: torch.Tensor,
     query_video: torch.Tensor,
@@ -250,15 +266,7 @@ def info_nce_loss(
         ``LongTensor [Q]`` video index of each query, or ``{0, 1}`` matrix ``[Q, V]`` (``"release"`` only).
     video_to_text : {"release", "paper"}
         Which video→text form to use (see above).
-    reduction : {"mean", "sum", "none"}
-        See the module documentation.
-    validate_args : bool, optional
-        Check values (finite logits, valid positives); host synchronisations.
-
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input.
+    {reduction_and_checks}
 
     Examples
     --------
@@ -307,6 +315,7 @@ def _info_nce_rows(sim: torch.Tensor, own: torch.Tensor, video_to_text: str) -> 
     return rows + torch.logaddexp(positive, negative_lse[video]) - positive
 
 
+@insert_docs(returns=_ROW_LOSS_RETURNS)
 def query_diversity_loss(
     query_emb: torch.Tensor,
     query_video: torch.Tensor,
@@ -349,10 +358,7 @@ def query_diversity_loss(
     validate_args : bool, optional
         Check values (finite embeddings, valid positives); host synchronisations.
 
-    Returns
-    -------
-    torch.Tensor
-        Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input.
+    {returns}
 
     Examples
     --------
@@ -407,24 +413,94 @@ def _diversity_rows(query_emb: torch.Tensor, same_video: torch.Tensor, alpha: fl
     return torch.where(same_video & ~eye, terms, torch.zeros_like(terms)).sum(dim=1)
 
 
-def check_base_loss_settings(
-    margin: float, frame_nce_weight: float, clip_nce_weight: float, div_weight: float, div_alpha: float,
-    div_delta: float, div_lambda: float, hard_negative_topk: int | None, video_negative: str, nce_video_to_text: str,
-    reduction: str,
-) -> None:
-    """Validate the hyperparameters of :func:`base_retrieval_loss` (shared with its module)."""
-    check_positive(margin, "margin")
-    for name, value in (("frame_nce_weight", frame_nce_weight), ("clip_nce_weight", clip_nce_weight),
-                        ("div_weight", div_weight)):
-        check_in_range(value, name, 0.0, float("inf"), high_inclusive=False)
-    check_positive(div_alpha, "div_alpha")
-    check_in_range(div_delta, "div_delta", -2.0, 2.0)
-    check_in_range(div_lambda, "div_lambda", 0.0, 64.0)
-    if hard_negative_topk is not None:
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-    check_choice(nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
-    check_choice(reduction, "reduction", REDUCTIONS)
+@dataclass(frozen=True, kw_only=True)
+class BaseLossSettings:
+    """The hyperparameters of the basic objectives (Holmes App. B.1, Eq. 22-23), checked once.
+
+    The registry's ``base`` section; with the three loss weights it is
+    :class:`~evidential_prvr.presets.BaseRetrievalSettings`.
+    Keyword-only.
+
+    Attributes
+    ----------
+    margin : float
+        Triplet margin m.
+    hard_negative_topk : int
+        Pool of hardest negatives the text→video triplet draws from once hard negatives are on.
+    video_negative : {"hardest", "pool"}
+        Video→text negative once hard negatives are on.
+    nce_video_to_text : {"release", "paper"}
+        Video→text InfoNCE form.
+    div_alpha, div_delta, div_lambda : float
+        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import BaseLossSettings
+    >>> BaseLossSettings(video_negative="random")
+    Traceback (most recent call last):
+        ...
+    ValueError: video_negative must be one of 'hardest', 'pool'; got 'random'
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1, Eq. 22-23; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
+    """
+
+    margin: float = 0.2
+    div_delta: float = 0.2
+    hard_negative_topk: int = 20
+    video_negative: str = "hardest"
+    nce_video_to_text: str = "release"
+    div_alpha: float = 32.0
+    div_lambda: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_positive(self.margin, "margin")
+        check_positive(self.div_alpha, "div_alpha")
+        check_in_range(self.div_delta, "div_delta", -2.0, 2.0)
+        check_in_range(self.div_lambda, "div_lambda", 0.0, 64.0)
+        check_positive_int(self.hard_negative_topk, "hard_negative_topk")
+        check_choice(self.video_negative, "video_negative", VIDEO_NEGATIVES)
+        check_choice(self.nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseRetrievalSettings(BaseLossSettings):
+    r"""The hyperparameters of L_base (Holmes Eq. 22 + Eq. 23): :class:`BaseLossSettings` and the weights
+    :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0), checked once; keyword-only.
+
+    The one schema of :func:`base_retrieval_loss` and :class:`~evidential_prvr.BaseRetrievalLoss`;
+    :meth:`from_sections` builds it from the registry's ``base`` and ``weights`` sections.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import BaseRetrievalSettings, holmes_settings
+    >>> s = holmes_settings("release", "tvr")
+    >>> BaseRetrievalSettings.from_sections(s.base, s.weights).frame_nce_weight
+    0.04
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1, Eq. 22-23.
+    """
+
+    frame_nce_weight: float = 0.04
+    clip_nce_weight: float = 0.02
+    div_weight: float = 0.003
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("frame_nce_weight", "clip_nce_weight", "div_weight"):
+            check_in_range(getattr(self, name), name, 0.0, float("inf"), high_inclusive=False)
+
+    @classmethod
+    def from_sections(cls, base: BaseLossSettings, weights: object) -> BaseRetrievalSettings:
+        """The registry's ``base`` section with the L_base weights of its ``weights`` section
+        (:class:`~evidential_prvr.presets.LossWeights`: ``nce_frame``, ``nce_clip``, ``div``)."""
+        fields = {f: getattr(base, f) for f in BaseLossSettings.__dataclass_fields__}
+        return cls(**fields, frame_nce_weight=weights.nce_frame, clip_nce_weight=weights.nce_clip,  # type: ignore[attr-defined]
+                   div_weight=weights.div)  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -464,6 +540,13 @@ class BaseRetrievalLossDetails:
     diversity: torch.Tensor
 
 
+BASE_RETRIEVAL_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_weight", "div_alpha", "div_delta",
+                         "div_lambda", "video_negative", "nce_video_to_text")
+"""The :class:`BaseRetrievalSettings` fields :func:`base_retrieval_loss` takes, in its signature's order
+(``hard_negative_topk`` is its own argument there: ``None`` means random negatives)."""
+
+
+@settings_keywords(BaseRetrievalSettings, fields=BASE_RETRIEVAL_FIELDS)
 def base_retrieval_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
@@ -472,16 +555,8 @@ def base_retrieval_loss(
     *,
     frame_logits: torch.Tensor | None = None,
     clip_logits: torch.Tensor | None = None,
-    margin: float = 0.2,
-    frame_nce_weight: float = 0.04,
-    clip_nce_weight: float = 0.02,
-    div_weight: float = 0.003,
-    div_alpha: float = 32.0,
-    div_delta: float = 0.2,
-    div_lambda: float = 1.0,
+    settings: BaseRetrievalSettings,
     hard_negative_topk: int | None = None,
-    video_negative: VideoNegative = "hardest",
-    nce_video_to_text: NCEVideoToText = "release",
     generator: torch.Generator | None = None,
     reduction: str = "mean",
     return_details: bool = False,
@@ -545,10 +620,39 @@ def base_retrieval_loss(
     ----------
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
+    if hard_negative_topk is not None:
+        settings = dataclasses.replace(settings, hard_negative_topk=hard_negative_topk)
+    return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings,
+                                   hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
+                                   clip_logits=clip_logits, generator=generator, reduction=reduction,
+                                   return_details=return_details, validate_args=validate_args)
+
+
+def run_base_retrieval_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_emb: torch.Tensor,
+    query_video: torch.Tensor,
+    settings: BaseRetrievalSettings,
+    *,
+    hard_negatives: bool,
+    frame_logits: torch.Tensor | None,
+    clip_logits: torch.Tensor | None,
+    generator: torch.Generator | None,
+    reduction: str,
+    return_details: bool,
+    validate_args: bool | None,
+    diversity: torch.Tensor | None = None,
+) -> torch.Tensor | BaseRetrievalLossDetails:
+    """:func:`base_retrieval_loss` with its settings already checked (the path of
+    :class:`~evidential_prvr.BaseRetrievalLoss`); ``hard_negatives`` draws the triplet negatives from the
+    ``settings.hard_negative_topk`` hardest. ``diversity``, when given, holds the per-query L_div
+    contributions ``[Q]`` computed elsewhere (the distributed path computes them on each rank's own
+    queries) and ``query_emb`` is not used."""
     validate = should_validate(validate_args)
     own = _check_sim(frame_sim, query_video, "frame_sim", validate)
     _check_sim(clip_sim, query_video, "clip_sim", validate)
-    check_same_shape(frame_sim, clip_sim, "frame_sim", "clip_sim")
+    check_score_pair_shapes(frame_sim, clip_sim, "frame_sim", "clip_sim")
     frame_logits = frame_sim if frame_logits is None else frame_logits
     clip_logits = clip_sim if clip_logits is None else clip_logits
     for name, logits in (("frame_logits", frame_logits), ("clip_logits", clip_logits)):
@@ -557,28 +661,34 @@ def base_retrieval_loss(
         check_same_device(frame_sim=frame_sim, **{name: logits})
         if validate:
             check_finite(logits, name)
-    check_tensor(query_emb, "query_emb", ndim=2, floating=True)
-    if query_emb.shape[0] != frame_sim.shape[0]:
-        raise ValueError(f"query_emb must have {frame_sim.shape[0]} rows (one per query of frame_sim), "
-                         f"got shape {tuple(query_emb.shape)}")
-    check_same_device(frame_sim=frame_sim, query_emb=query_emb)
-    if validate:
-        check_finite(query_emb, "query_emb")
-    check_base_loss_settings(margin, frame_nce_weight, clip_nce_weight, div_weight, div_alpha, div_delta, div_lambda,
-                             hard_negative_topk, video_negative, nce_video_to_text, reduction)
-    if nce_video_to_text == "paper" and query_video.dim() != 1:
+    if diversity is None:
+        check_tensor(query_emb, "query_emb", ndim=2, floating=True)
+        if query_emb.shape[0] != frame_sim.shape[0]:
+            raise ValueError(f"query_emb must have {frame_sim.shape[0]} rows (one per query of frame_sim), "
+                             f"got shape {tuple(query_emb.shape)}")
+        check_same_device(frame_sim=frame_sim, query_emb=query_emb)
+        if validate:
+            check_finite(query_emb, "query_emb")
+    elif diversity.shape != frame_sim.shape[:1]:
+        raise ValueError(f"diversity must have shape [{frame_sim.shape[0]}] (one term per query of frame_sim), "
+                         f"got {tuple(diversity.shape)}")
+    check_choice(reduction, "reduction", REDUCTIONS)
+    s = settings
+    hard_negative_topk = s.hard_negative_topk if hard_negatives else None
+    if s.nce_video_to_text == "paper" and query_video.dim() != 1:
         raise ValueError("nce_video_to_text='paper' needs one positive per query: query_video must be indices [Q]")
 
-    same_video = (own.to(torch.float32) @ own.to(torch.float32).t()) > 0
+    same_video = (own.to(torch.float32) @ own.to(torch.float32).t()) > 0 if diversity is None else None
     rows = {
-        "frame_triplet": _triplet_rows(frame_sim, own, margin, hard_negative_topk, generator, video_negative),
-        "clip_triplet": _triplet_rows(clip_sim, own, margin, hard_negative_topk, generator, video_negative),
-        "frame_nce": _info_nce_rows(frame_logits, own, nce_video_to_text),
-        "clip_nce": _info_nce_rows(clip_logits, own, nce_video_to_text),
-        "diversity": _diversity_rows(query_emb, same_video, div_alpha, div_delta, div_lambda),
+        "frame_triplet": _triplet_rows(frame_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
+        "clip_triplet": _triplet_rows(clip_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
+        "frame_nce": _info_nce_rows(frame_logits, own, s.nce_video_to_text),
+        "clip_nce": _info_nce_rows(clip_logits, own, s.nce_video_to_text),
+        "diversity": (_diversity_rows(query_emb, same_video, s.div_alpha, s.div_delta, s.div_lambda)
+                      if diversity is None else diversity),
     }
-    total = (rows["frame_triplet"] + rows["clip_triplet"] + frame_nce_weight * rows["frame_nce"]
-             + clip_nce_weight * rows["clip_nce"] + div_weight * rows["diversity"])
+    total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]
+             + s.clip_nce_weight * rows["clip_nce"] + s.div_weight * rows["diversity"])
     loss = reduce_rows(total, reduction)
     if not return_details:
         return loss

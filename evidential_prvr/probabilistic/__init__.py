@@ -21,6 +21,7 @@ from evidential_prvr.probabilistic._hud import (
     HolisticAtomisticConsistencyLoss,
     ProbabilisticTextEmbedding,
 )
+from evidential_prvr.probabilistic._hud_objective import HUD_DERIVATIVES, HUDComposedQuery, HUDObjective, HUDObjectiveOutput, HUDSwitches, HUDTargetTokens, QueryTokenAttention  # noqa: E501
 
 __all__ = [
     "DiagonalGaussian",
@@ -38,4 +39,5 @@ __all__ = [
     "BiasedMaxSimilarity",
     "BatchClassificationLoss",
     "HolisticAtomisticConsistencyLoss",
+    "HUDObjective", "HUDObjectiveOutput", "HUDComposedQuery", "HUDTargetTokens", "HUDSwitches", "HUD_DERIVATIVES", "QueryTokenAttention",
 ]

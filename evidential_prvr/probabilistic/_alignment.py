@@ -10,10 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
+from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr._checks import check_positive_int, check_tensor
-from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, check_inputs, check_token_mask, masked_mean
+from evidential_prvr.probabilistic._common import (
+    DEFAULT_LOGVAR_BOUNDS,
+    _InputChecks,
+    check_inputs,
+    check_token_mask,
+    masked_mean,
+)
 from evidential_prvr.probabilistic._dab import (
     DistributionBridge,
     GaussianEmbeddingHead,
@@ -88,7 +94,8 @@ class DABAlignmentOutput:
     gaussians: DABGaussians
 
 
-class DABAlignment(nn.Module):
+@insert_docs(validate_args=FINITE_INPUTS)
+class DABAlignment(_InputChecks):
     """DAB's full alignment objective: heads → bridge on the text side → KL cost → PAC loss.
 
     Pipeline (DAB, Key Designs 1-3):
@@ -121,9 +128,7 @@ class DABAlignment(nn.Module):
         Bridge settings, see :class:`DistributionBridge`.
     logvar_bounds : tuple of float
         Log-variance clipping range used by all heads and the bridge; default ``(-6.0, 2.0)``.
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {validate_args}
 
     Examples
     --------
@@ -153,9 +158,8 @@ class DABAlignment(nn.Module):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(validate_args)
         check_positive_int(dim_in, "dim_in")
-        self.validate_args = validate_args
         if not isinstance(share_head, bool):
             raise TypeError(f"share_head must be a bool, got {type(share_head).__name__}")
         self.dim_in = dim_in

@@ -5,9 +5,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evidential_prvr._checks import check_finite, check_nonempty, check_tensor, should_validate
+from evidential_prvr._checks import check_finite, check_nonempty, check_positive_int, check_tensor, should_validate
 
 DEFAULT_LOGVAR_BOUNDS = (-6.0, 2.0)
+
+
+class _InputChecks(nn.Module):
+    """Base of the DAB and HUD modules: ``validate_args``, the switch of their finiteness checks."""
+
+    def __init__(self, validate_args: bool | None = None) -> None:
+        super().__init__()
+        self.validate_args = validate_args
 
 
 def check_bounds(bounds: object, name: str = "logvar_bounds") -> tuple[float, float]:
@@ -35,6 +43,31 @@ def check_dim(x: torch.Tensor, name: str, dim: int) -> None:
     """Raise ``ValueError`` unless the last dimension of ``x`` is ``dim``."""
     if x.dim() == 0 or x.shape[-1] != dim:
         raise ValueError(f"{name} must have last dimension {dim}, got shape {tuple(x.shape)}")
+
+
+def check_features(x: torch.Tensor, name: str, dim: int, ndim: int | tuple[int, ...] | None = None) -> None:
+    """Raise unless ``x`` is a floating tensor (of ``ndim`` dimensions when given) whose last dimension is ``dim``."""
+    check_tensor(x, name, ndim=ndim, floating=True)
+    check_dim(x, name, dim)
+
+
+def check_sizes(**sizes: object) -> None:
+    """Raise unless every given size is a positive int (checked in the order given, each by its name)."""
+    for name, size in sizes.items():
+        check_positive_int(size, name)
+
+
+def hidden_size(hidden_dim: int | None, dim: int) -> int:
+    """A module's MLP hidden size: ``hidden_dim`` (a positive int) when given, else ``dim``."""
+    if hidden_dim is None:
+        return dim
+    check_positive_int(hidden_dim, "hidden_dim")
+    return hidden_dim
+
+
+def key_padding(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The ``key_padding_mask`` of :class:`torch.nn.MultiheadAttention` (True = ignore) for a True-is-valid mask."""
+    return None if mask is None else ~mask
 
 
 def to_module_dtype(x: torch.Tensor, module: nn.Module) -> torch.Tensor:

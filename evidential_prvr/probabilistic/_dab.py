@@ -12,13 +12,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._checks import check_positive, check_positive_int, check_tensor
+from evidential_prvr._docs import FINITE_INPUTS, insert_docs
+from evidential_prvr._checks import check_positive, check_tensor
 from evidential_prvr.probabilistic._common import (
+    _InputChecks,
     check_inputs,
     DEFAULT_LOGVAR_BOUNDS,
     check_bounds,
     check_dim,
+    check_features,
+    check_sizes,
     check_token_mask,
+    hidden_size,
+    key_padding,
     masked_mean,
     to_module_dtype,
 )
@@ -38,7 +44,14 @@ __all__ = [
 ]
 
 
-class _LogVarHead(nn.Module):
+_BOUNDS_AND_CHECKS = """\
+logvar_bounds : tuple of float
+    Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
+""" + FINITE_INPUTS
+"""The last two parameters of the DAB Gaussian modules."""
+
+
+class _LogVarHead(_InputChecks):
     """Shared constructor of the DAB heads that end in a clipped log-variance ``Linear(dim_in, dim_out)``.
 
     Validates the sizes and bounds, lets the subclass add its own layers (``_build_layers``), then adds
@@ -55,10 +68,8 @@ class _LogVarHead(nn.Module):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
     ) -> None:
-        super().__init__()
-        self.validate_args = validate_args
-        check_positive_int(dim_in, "dim_in")
-        check_positive_int(dim_out, "dim_out")
+        super().__init__(validate_args)
+        check_sizes(dim_in=dim_in, dim_out=dim_out)
         self.logvar_bounds = check_bounds(logvar_bounds)
         self.dim_in, self.dim_out = dim_in, dim_out
         self._build_layers()
@@ -71,6 +82,7 @@ class _LogVarHead(nn.Module):
         raise NotImplementedError
 
 
+@insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
 class GaussianEmbeddingHead(_LogVarHead):
     """Map embeddings to diagonal Gaussians :math:`(\\mu, \\log\\sigma^2)` (DAB, Key Design 1).
 
@@ -93,11 +105,7 @@ class GaussianEmbeddingHead(_LogVarHead):
         Gaussian dimension :math:`D`.
     logvar_init : float, default -2.0
         Initial log-variance bias.
-    logvar_bounds : tuple of float
-        Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {bounds_and_checks}
 
     Examples
     --------
@@ -119,8 +127,7 @@ class GaussianEmbeddingHead(_LogVarHead):
 
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
-        check_tensor(x, "x", floating=True)
-        check_dim(x, "x", self.dim_in)
+        check_features(x, "x", self.dim_in)
         check_inputs(self.validate_args, x=x)
         x = F.normalize(to_module_dtype(x, self), dim=-1)
         mu = self.mean(self.mean_norm(x))
@@ -128,6 +135,7 @@ class GaussianEmbeddingHead(_LogVarHead):
         return DiagonalGaussian(mu, logvar)
 
 
+@insert_docs(validate_args=FINITE_INPUTS)
 class TokenUncertaintyHead(_LogVarHead):
     """Video log-variance from frame tokens (DAB, Key Design 1, token-based uncertainty head).
 
@@ -156,9 +164,7 @@ class TokenUncertaintyHead(_LogVarHead):
         Initial bias of the log-variance layer.
     logvar_bounds : tuple of float
         Clipping range; default ``(-6.0, 2.0)``.
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {validate_args}
 
     Examples
     --------
@@ -191,13 +197,11 @@ class TokenUncertaintyHead(_LogVarHead):
         mask : torch.Tensor, optional
             ``[B, T]`` bool, True = valid token; padded tokens are ignored by attention and pooling.
         """
-        check_tensor(tokens, "tokens", ndim=3, floating=True)
-        check_dim(tokens, "tokens", self.dim_in)
+        check_features(tokens, "tokens", self.dim_in, ndim=3)
         check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
         check_token_mask(mask, tokens, validate_args=self.validate_args)
         x = F.normalize(to_module_dtype(tokens, self), dim=-1)
-        padding = None if mask is None else ~mask
-        attended = self.attention(x, x, x, key_padding_mask=padding, need_weights=False)[0]
+        attended = self.attention(x, x, x, key_padding_mask=key_padding(mask), need_weights=False)[0]
         pooled = masked_mean(x + attended, mask)
         token_logvar = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
         if base_logvar is None:
@@ -210,7 +214,8 @@ class TokenUncertaintyHead(_LogVarHead):
         return combine_video_log_variances(base_logvar.to(token_logvar.dtype), token_logvar).clamp(*self.logvar_bounds)
 
 
-class DistributionBridge(nn.Module):
+@insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
+class DistributionBridge(_InputChecks):
     """Sampling-free, deterministic bridge that drifts a Gaussian in parameter space (DAB, Key Design 2).
 
     For :math:`t = T', T'-1, \\dots, 1` (``n_steps`` :math:`= T'`):
@@ -247,11 +252,7 @@ class DistributionBridge(nn.Module):
         Hidden size of the drift MLP (default ``dim``).
     time_dim : int, default 128
         Size of the sinusoidal time embedding.
-    logvar_bounds : tuple of float
-        Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {bounds_and_checks}
 
     Examples
     --------
@@ -279,20 +280,14 @@ class DistributionBridge(nn.Module):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
     ) -> None:
-        super().__init__()
-        self.validate_args = validate_args
-        check_positive_int(dim, "dim")
-        check_positive_int(n_steps, "n_steps")
-        check_positive_int(total_steps, "total_steps")
-        check_positive_int(time_dim, "time_dim")
-        if hidden_dim is not None:
-            check_positive_int(hidden_dim, "hidden_dim")
+        super().__init__(validate_args)
+        check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
+        hidden = hidden_size(hidden_dim, dim)
         if n_steps > total_steps:
             raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
         self.dim, self.n_steps, self.total_steps = dim, n_steps, total_steps
         self.logvar_bounds = check_bounds(logvar_bounds)
         self.step_sizes = bridge_step_sizes(n_steps, tuple(step_range))
-        hidden = dim if hidden_dim is None else hidden_dim
         self.drift = nn.Sequential(nn.Linear(2 * dim + time_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * dim))
         nn.init.zeros_(self.drift[-1].weight)
         nn.init.zeros_(self.drift[-1].bias)
@@ -319,7 +314,8 @@ class DistributionBridge(nn.Module):
         return DiagonalGaussian(mu, logvar)
 
 
-class ProbabilisticAlignmentContrastiveLoss(nn.Module):
+@insert_docs(validate_args=FINITE_INPUTS)
+class ProbabilisticAlignmentContrastiveLoss(_InputChecks):
     """DAB's PAC loss as a module; see :func:`~evidential_prvr.functional.pac_loss` (Key Design 3).
 
     Parameters
@@ -327,10 +323,7 @@ class ProbabilisticAlignmentContrastiveLoss(nn.Module):
     tau : float
         Temperature > 0 (no default: DAB does not report one, and it must match the scale of the
         KL costs, which grows with :math:`D`).
-
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {validate_args}
 
     Examples
     --------
@@ -345,10 +338,9 @@ class ProbabilisticAlignmentContrastiveLoss(nn.Module):
     """
 
     def __init__(self, tau: float, validate_args: bool | None = None) -> None:
-        super().__init__()
+        super().__init__(validate_args)
         check_positive(tau, "tau")
         self.tau = float(tau)
-        self.validate_args = validate_args
 
     def forward(self, cost: torch.Tensor) -> torch.Tensor:
         """Scalar loss for a ``[B, B]`` cost with positives on the diagonal (rows = texts, columns = videos)."""

@@ -10,15 +10,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._checks import check_choice, check_positive, check_positive_int, check_tensor
+from evidential_prvr._docs import FINITE_INPUTS, insert_docs
+from evidential_prvr._checks import check_choice, check_positive, check_positive_int
 from evidential_prvr.probabilistic._common import (
+    _InputChecks,
     check_inputs,
     DEFAULT_LOGVAR_BOUNDS,
     check_bounds,
-    check_dim,
+    check_features,
+    check_sizes,
     check_token_mask,
+    hidden_size,
+    key_padding,
     to_module_dtype,
 )
 from evidential_prvr.functional._gaussian import DiagonalGaussian
@@ -38,7 +44,8 @@ __all__ = [
 ]
 
 
-class ProbabilisticTextEmbedding(nn.Module):
+@insert_docs(validate_args=FINITE_INPUTS)
+class ProbabilisticTextEmbedding(_InputChecks):
     """Gaussian embedding of the modification text, conditioned on the reference video (HUD Eq. 2).
 
     .. math::
@@ -50,6 +57,14 @@ class ProbabilisticTextEmbedding(nn.Module):
     single query and the reference video tokens :math:`F_r` ``[B, T, D]`` as keys/values; the two
     cross-attentions have separate weights (Eq. 2's subscripts). Samples (Eq. 3) come from
     ``output.sample(n, generator=...)``, see :func:`~evidential_prvr.functional.reparameterised_sample`.
+    Several query tokens ``[B, Q, D]`` are embedded at once, each attending on its own (HUD's Eq. 6 uses
+    the same architecture with every reference token as a query over the text tokens).
+
+    The two cross-attentions are :class:`torch.nn.MultiheadAttention` modules (their parameters, state-dict
+    keys and initialisation), evaluated together as one attention with twice the heads (their projections
+    concatenated, one ``scaled_dot_product_attention`` call): the same outputs as
+    calling each module, up to float rounding, in fewer operations. With one key (HUD's holistic token)
+    the attention weight is exactly 1 and only the value projection is evaluated.
 
     Choices: HUD's :math:`\\sigma` head is "a single linear layer" whose output multiplies the
     noise directly; here that linear output is read as :math:`\\log\\sigma^2` (the library-wide
@@ -64,9 +79,7 @@ class ProbabilisticTextEmbedding(nn.Module):
         Heads of each cross-attention (HUD does not say); must divide ``dim``.
     logvar_bounds : tuple of float
         Clipping range of :math:`\\log\\sigma^2` (a library choice; HUD does not clip); default ``(-6.0, 2.0)``.
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {validate_args}
 
     Examples
     --------
@@ -75,6 +88,8 @@ class ProbabilisticTextEmbedding(nn.Module):
     >>> text = ProbabilisticTextEmbedding(16)(torch.randn(4, 16), torch.randn(4, 5, 16))
     >>> text.mu.shape, text.sample(3).shape
     (torch.Size([4, 16]), torch.Size([4, 3, 16]))
+    >>> ProbabilisticTextEmbedding(16)(torch.randn(4, 3, 16), torch.randn(4, 5, 16)).mu.shape  # 3 query tokens each
+    torch.Size([4, 3, 16])
 
     References
     ----------
@@ -85,10 +100,8 @@ class ProbabilisticTextEmbedding(nn.Module):
         self, dim: int, *, num_heads: int = 1, logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
     ) -> None:
-        super().__init__()
-        self.validate_args = validate_args
-        check_positive_int(dim, "dim")
-        check_positive_int(num_heads, "num_heads")
+        super().__init__(validate_args)
+        check_sizes(dim=dim, num_heads=num_heads)
         if dim % num_heads:
             raise ValueError(f"num_heads must divide dim, got dim={dim}, num_heads={num_heads}")
         self.dim = dim
@@ -101,21 +114,20 @@ class ProbabilisticTextEmbedding(nn.Module):
     def forward(
         self, text: torch.Tensor, reference_tokens: torch.Tensor, mask: torch.Tensor | None = None
     ) -> DiagonalGaussian:
-        """Gaussian ``[B, dim]`` of the modification text.
+        """Gaussian of the modification text, ``[B, dim]`` (or ``[B, Q, dim]`` for ``Q`` query tokens).
 
         Parameters
         ----------
         text : torch.Tensor
-            ``[B, dim]`` holistic modification-text token :math:`F_m^H`.
+            ``[B, dim]`` holistic modification-text token :math:`F_m^H`, or ``[B, Q, dim]`` query tokens,
+            each embedded on its own.
         reference_tokens : torch.Tensor
             ``[B, T, dim]`` reference video tokens (``T = 1`` for HUD's holistic token).
         mask : torch.Tensor, optional
             ``[B, T]`` bool, True = valid reference token.
         """
-        check_tensor(text, "text", ndim=2, floating=True)
-        check_tensor(reference_tokens, "reference_tokens", ndim=3, floating=True)
-        check_dim(text, "text", self.dim)
-        check_dim(reference_tokens, "reference_tokens", self.dim)
+        check_features(text, "text", self.dim, ndim=(2, 3))
+        check_features(reference_tokens, "reference_tokens", self.dim, ndim=3)
         if reference_tokens.shape[0] != text.shape[0]:
             raise ValueError(
                 f"reference_tokens must have batch size {text.shape[0]} like text, got shape {tuple(reference_tokens.shape)}"
@@ -124,18 +136,52 @@ class ProbabilisticTextEmbedding(nn.Module):
         check_token_mask(mask, reference_tokens, validate_args=self.validate_args)
         text = to_module_dtype(text, self)
         reference = to_module_dtype(reference_tokens, self)
-        padding = None if mask is None else ~mask
-        query = text.unsqueeze(1)
-        mean_context = self.mean_attention(query, reference, reference, key_padding_mask=padding, need_weights=False)[0]
-        logvar_context = self.logvar_attention(
-            query, reference, reference, key_padding_mask=padding, need_weights=False
-        )[0]
-        mu = self.mean_head(mean_context.squeeze(1) + text)
-        logvar = self.logvar_head(logvar_context.squeeze(1) + text).clamp(*self.logvar_bounds)
+        query = text if text.dim() == 3 else text.unsqueeze(1)
+        mean_context, logvar_context = _two_cross_attentions(
+            self.mean_attention, self.logvar_attention, query, reference, key_padding(mask)
+        )
+        mu = self.mean_head(mean_context + query)
+        logvar = self.logvar_head(logvar_context + query).clamp(*self.logvar_bounds)
+        if text.dim() == 2:
+            mu, logvar = mu.squeeze(1), logvar.squeeze(1)
         return DiagonalGaussian(mu, logvar)
 
 
-class ComposeByWeights(nn.Module):
+def _two_cross_attentions(
+    first: nn.MultiheadAttention,
+    second: nn.MultiheadAttention,
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    padding: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``first(query, keys, keys)`` and ``second(query, keys, keys)`` (batch-first, no dropout) as one attention.
+
+    The two modules' query, key and value projections are concatenated, so that both run as a single
+    attention with ``2 * num_heads`` heads of the same head size (the scale :math:`1/\\sqrt{d_{head}}` is
+    unchanged); each output then passes its own module's output projection. ``padding`` is the
+    ``[B, T]`` key padding mask (True = ignore). With one key (and no padding) the attention weight is
+    exactly 1, so the output is the value projection of that key.
+    """
+    dim, heads = first.embed_dim, first.num_heads
+    batch, n_queries, n_keys = query.shape[0], query.shape[1], keys.shape[1]
+    weight = torch.cat([first.in_proj_weight.view(3, dim, dim), second.in_proj_weight.view(3, dim, dim)], dim=1)
+    bias = torch.cat([first.in_proj_bias.view(3, dim), second.in_proj_bias.view(3, dim)], dim=1)
+    if n_keys == 1 and padding is None:
+        context = F.linear(keys, weight[2], bias[2])  # [B, 1, 2 dim], the same for every query
+    else:
+        q = F.linear(query, weight[0], bias[0])
+        k, v = F.linear(keys, weight[1:].reshape(4 * dim, dim), bias[1:].reshape(4 * dim)).chunk(2, dim=-1)
+        q, k, v = (x.unflatten(-1, (2 * heads, dim // heads)).transpose(1, 2) for x in (q, k, v))
+        attend = None if padding is None else ~padding[:, None, None, :]
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attend).transpose(1, 2).flatten(2)
+    outputs = (F.linear(part, module.out_proj.weight, module.out_proj.bias)
+               for part, module in zip(context.split(dim, dim=-1), (first, second)))
+    first_out, second_out = (out.expand(batch, n_queries, dim) for out in outputs)
+    return first_out, second_out
+
+
+@insert_docs(validate_args=FINITE_INPUTS)
+class ComposeByWeights(_InputChecks):
     """Compose text and reference with MLP-predicted element-wise weights (HUD Eq. 4-5).
 
     .. math::
@@ -154,10 +200,7 @@ class ComposeByWeights(nn.Module):
         Embedding size :math:`D_H`.
     hidden_dim : int, optional
         Hidden size of the MLP (default ``dim``).
-
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {validate_args}
 
     Examples
     --------
@@ -172,12 +215,9 @@ class ComposeByWeights(nn.Module):
     """
 
     def __init__(self, dim: int, hidden_dim: int | None = None, *, validate_args: bool | None = None) -> None:
-        super().__init__()
-        self.validate_args = validate_args
+        super().__init__(validate_args)
         check_positive_int(dim, "dim")
-        if hidden_dim is not None:
-            check_positive_int(hidden_dim, "hidden_dim")
-        hidden = dim if hidden_dim is None else hidden_dim
+        hidden = hidden_size(hidden_dim, dim)
         self.dim = dim
         self.mlp = nn.Sequential(nn.Linear(2 * dim, hidden), nn.ReLU(), nn.Linear(hidden, 2 * dim))
 
@@ -192,10 +232,8 @@ class ComposeByWeights(nn.Module):
             ``[B, D]`` text token or ``[B, U, D]`` text samples; a ``[B, D]`` reference is
             explicitly repeated over the ``U`` samples.
         """
-        check_tensor(reference, "reference", ndim=(2, 3), floating=True)
-        check_tensor(text, "text", ndim=(2, 3), floating=True)
-        check_dim(reference, "reference", self.dim)
-        check_dim(text, "text", self.dim)
+        check_features(reference, "reference", self.dim, ndim=(2, 3))
+        check_features(text, "text", self.dim, ndim=(2, 3))
         check_inputs(self.validate_args, reference=reference, text=text)
         if reference.dim() == 2 and text.dim() == 3 and reference.shape[0] == text.shape[0]:
             reference = reference.unsqueeze(1).expand_as(text)
@@ -209,7 +247,8 @@ class ComposeByWeights(nn.Module):
         return w_alpha * text + w_beta * reference
 
 
-class BiasedMaxSimilarity(nn.Module):
+@insert_docs(validate_args=FINITE_INPUTS)
+class BiasedMaxSimilarity(_InputChecks):
     """HUD's similarity with a learnable per-token bias :math:`\\mathbf{b}` (Eq. 10-11).
 
     Wraps :func:`~evidential_prvr.functional.biased_max_similarity`; the bias starts at zero
@@ -221,9 +260,7 @@ class BiasedMaxSimilarity(nn.Module):
         Number :math:`K` of composed tokens (holistic: :math:`1 + U`).
     token_matching : {"max", "paired"}
         See :func:`~evidential_prvr.functional.biased_max_similarity`.
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    {validate_args}
 
     Examples
     --------
@@ -238,8 +275,7 @@ class BiasedMaxSimilarity(nn.Module):
     """
 
     def __init__(self, num_tokens: int, *, token_matching: str = "max", validate_args: bool | None = None) -> None:
-        super().__init__()
-        self.validate_args = validate_args
+        super().__init__(validate_args)
         check_positive_int(num_tokens, "num_tokens")
         check_choice(token_matching, "token_matching", TOKEN_MATCHING)
         self.token_matching = token_matching
@@ -249,6 +285,14 @@ class BiasedMaxSimilarity(nn.Module):
         """``[B_q, B_t]`` similarities of ``[B_q, K, D]`` composed tokens and ``[B_t, M, D]`` target tokens."""
         return biased_max_similarity(composed_tokens, target_tokens, self.bias, token_matching=self.token_matching,
                                      validate_args=self.validate_args)
+
+
+_TAU_PARAMETER = """\
+Parameters
+----------
+tau : float, default 0.1
+    Temperature (HUD: 0.1)."""
+"""The one hyperparameter of the two HUD loss modules."""
 
 
 class _SimilarityPairLoss(nn.Module):
@@ -272,13 +316,11 @@ class _SimilarityPairLoss(nn.Module):
         return f"tau={self.tau}"
 
 
+@insert_docs(parameters=_TAU_PARAMETER)
 class BatchClassificationLoss(_SimilarityPairLoss):
     """HUD's :math:`\\mathcal{L}_{rank}` (Eq. 12); see :func:`~evidential_prvr.functional.batch_classification_loss`.
 
-    Parameters
-    ----------
-    tau : float, default 0.1
-        Temperature (HUD: 0.1).
+    {parameters}
 
     Examples
     --------
@@ -295,14 +337,12 @@ class BatchClassificationLoss(_SimilarityPairLoss):
     _loss = staticmethod(batch_classification_loss)
 
 
+@insert_docs(parameters=_TAU_PARAMETER)
 class HolisticAtomisticConsistencyLoss(_SimilarityPairLoss):
     """HUD's :math:`\\mathcal{L}_{H\\leftrightarrow A}` (Eq. 13-14); see
     :func:`~evidential_prvr.functional.holistic_atomistic_consistency_loss`.
 
-    Parameters
-    ----------
-    tau : float, default 0.1
-        Temperature (HUD: 0.1).
+    {parameters}
 
     Examples
     --------

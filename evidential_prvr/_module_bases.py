@@ -1,0 +1,48 @@
+"""Bases of the modules: what each sets up the same way (``validate_args``, ``reduction``, its settings).
+
+:class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._overrides`)
+and ``validate_args``; :class:`_ReducedLoss` checks and stores a loss's ``reduction`` and ``validate_args``;
+:class:`_SettingsLoss` is a loss with settings, whose ``extra_repr`` lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from evidential_prvr._checks import check_choice
+from evidential_prvr._overrides import settings_repr
+from evidential_prvr.functional._dirichlet_loss import REDUCTIONS
+
+__all__ = ["_SettingsModule", "_ReducedLoss", "_SettingsLoss"]
+
+
+class _SettingsModule(nn.Module):
+    """Base of the modules whose hyperparameters are one settings dataclass, kept in ``self._settings``."""
+
+    def __init__(self, settings: Any, validate_args: bool | None = None) -> None:
+        super().__init__()
+        self._settings = settings
+        self.validate_args = validate_args
+
+
+class _ReducedLoss(nn.Module):
+    """Base of the loss modules: ``reduction`` (one of ``"mean"``, ``"sum"``, ``"none"``) and ``validate_args``."""
+
+    def __init__(self, reduction: str = "mean", validate_args: bool | None = None) -> None:
+        super().__init__()
+        check_choice(reduction, "reduction", REDUCTIONS)
+        self.reduction = reduction
+        self.validate_args = validate_args
+
+
+class _SettingsLoss(_ReducedLoss):
+    """A :class:`_ReducedLoss` whose hyperparameters are one settings dataclass in ``self._settings``."""
+
+    def __init__(self, settings: Any, reduction: str = "mean", validate_args: bool | None = None) -> None:
+        super().__init__(reduction, validate_args)
+        self._settings = settings
+
+    def extra_repr(self) -> str:
+        return f"{settings_repr(self._settings)}, reduction={self.reduction!r}"

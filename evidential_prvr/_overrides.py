@@ -1,0 +1,142 @@
+"""How a module holds its settings dataclass, and the one override rule of every ``from_preset``.
+
+Each operation has one frozen, keyword-only settings dataclass (its hyperparameters, defaults and
+checks). A module keeps one instance of it; :func:`settings_properties` exposes its fields as
+attributes (assigning one validates the new value by rebuilding the settings), and
+:func:`override_settings` applies a ``from_preset`` call's overrides with :func:`dataclasses.replace`,
+refusing unknown names with a ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
+
+__all__ = [
+    "reject_unknown",
+    "override_settings",
+    "settings_from_preset",
+    "check_settings",
+    "module_from_settings",
+    "settings_keywords",
+    "settings_properties",
+    "settings_repr",
+]
+
+S = TypeVar("S")
+C = TypeVar("C", bound=type)
+M = TypeVar("M")
+
+
+def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str) -> None:
+    """Raise ``TypeError`` naming every entry of ``given`` that is not in ``accepted``."""
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise TypeError(f"{owner}.from_preset() got unexpected override(s) {', '.join(map(repr, unknown))}; "
+                        f"accepted: {', '.join(sorted(accepted))}")
+
+
+def override_settings(
+    settings: S, overrides: Mapping[str, Any], owner: str, extras: Collection[str] = ()
+) -> tuple[S, dict[str, Any]]:
+    """``settings`` with the overrides that name its fields replaced, and the overrides named in ``extras``.
+
+    Any other name raises ``TypeError`` (a misspelt override fails loudly instead of being ignored).
+    """
+    names = [f.name for f in dataclasses.fields(settings)]  # type: ignore[arg-type]
+    reject_unknown(overrides, [*names, *extras], owner)
+    changes = {k: v for k, v in overrides.items() if k in names}
+    new = dataclasses.replace(settings, **changes) if changes else settings  # type: ignore[type-var]
+    return new, {k: v for k, v in overrides.items() if k not in names}
+
+
+def settings_from_preset(cls: type[M], settings: Any, overrides: Mapping[str, Any], extras: Collection[str] = ()) -> M:
+    """``cls.from_settings`` of a registry section with a ``from_preset`` call's overrides applied
+    (:func:`override_settings`; the names in ``extras`` go to ``from_settings`` as keywords)."""
+    new, keywords = override_settings(settings, overrides, cls.__name__, extras)
+    return cls.from_settings(new, **keywords)  # type: ignore[attr-defined]
+
+
+def check_settings(settings: object, settings_class: type) -> None:
+    """Raise ``TypeError`` unless ``settings`` is a ``settings_class`` (the check of every ``from_settings``)."""
+    if not isinstance(settings, settings_class):
+        name = settings_class.__name__
+        article = "an" if name[0] in "AEIOU" else "a"
+        raise TypeError(f"settings must be {article} {name}, got {type(settings).__name__}")
+
+
+def settings_keywords(
+    schema: type, *, param: str = "settings", fields: Collection[str] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: the fields of ``schema`` become keyword-only arguments of the decorated callable.
+
+    The callable declares one keyword-only parameter ``param`` in their place and receives
+    ``schema(**given)``: the dataclass's defaults fill the fields not given and its checks run once.
+    ``fields`` (names, in the order the signature lists them) narrows the arguments to a subset,
+    the others keep their defaults. The public signature (``help``, :func:`inspect.signature`, Sphinx)
+    lists the fields with their defaults; the parameter list is written once, in the dataclass.
+    """
+    names = tuple(f.name for f in dataclasses.fields(schema)) if fields is None else tuple(fields)
+    fields_of = {f.name: f for f in dataclasses.fields(schema)}
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        at = [p.name for p in params].index(param)
+        if params[at].kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"{fn.__qualname__}: {param!r} must be keyword-only")
+        keywords = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=fields_of[n].default,
+                                      annotation=fields_of[n].type) for n in names]
+
+        @functools.wraps(fn)
+        def with_settings(*args: Any, **kwargs: Any) -> Any:
+            if param in kwargs:
+                raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument {param!r}")
+            given = {n: kwargs.pop(n) for n in names if n in kwargs}
+            return fn(*args, **kwargs, **{param: schema(**given)})
+
+        with_settings.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*params[:at], *keywords, *params[at + 1:]])
+        return with_settings
+
+    return decorate
+
+
+def module_from_settings(cls: type[M], settings_class: type, settings: Any, **keywords: Any) -> M:
+    """``cls(**keywords)`` holding ``settings`` (checked to be a ``settings_class``) in place of its
+    default settings: the body of a module's ``from_settings``."""
+    check_settings(settings, settings_class)
+    module = cls(**keywords)
+    module._settings = settings  # type: ignore[attr-defined]
+    return module
+
+
+def _field_property(name: str) -> property:
+    def get(self: Any) -> Any:
+        return getattr(self._settings, name)
+
+    def set_(self: Any, value: Any) -> None:
+        self._settings = dataclasses.replace(self._settings, **{name: value})
+
+    return property(get, set_, doc=f"The ``{name}`` of :meth:`settings` (assigning it re-validates the settings).")
+
+
+def settings_properties(settings_class: type) -> Any:
+    """Class decorator: one attribute per field of ``settings_class``, read from (and written to) the
+    instance's ``_settings``."""
+
+    def decorate(cls: C) -> C:
+        for field in dataclasses.fields(settings_class):
+            if not hasattr(cls, field.name):
+                setattr(cls, field.name, _field_property(field.name))
+        return cls
+
+    return decorate
+
+
+def settings_repr(settings: Any) -> str:
+    """``name=value, ...`` of every field of a settings dataclass (a module's ``extra_repr``)."""
+    return ", ".join(f"{f.name}={getattr(settings, f.name)!r}" for f in dataclasses.fields(settings))

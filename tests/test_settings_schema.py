@@ -1,0 +1,222 @@
+"""One schema per operation (issue 14, items 1-2): each operation's frozen settings dataclass holds its
+hyperparameters, defaults and checks; modules hold one such object; the criterion composes its parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import torch
+
+import evidential_prvr as ep
+from evidential_prvr import functional as F
+from evidential_prvr import presets
+from evidential_prvr.functional._identification import IdentificationSettings
+from evidential_prvr.functional._retrieval_losses import BaseLossSettings, BaseRetrievalSettings
+
+SCHEMAS = (IdentificationSettings, presets.InterVideoSettings, presets.TransportSettings, presets.IntraVideoSettings,
+           BaseLossSettings, BaseRetrievalSettings)
+
+#: Which schema(s) give the defaults of each public callable; a parameter not named by any schema field
+#: needs no check. ``renames`` maps a parameter to the field it is (the older short names of three modules).
+DEFAULTS_OF = {
+    "UncertaintyGuidedIdentifier": [IdentificationSettings],
+    "identify": [IdentificationSettings],
+    "EvidentialRetrievalLoss": [presets.InterVideoSettings],
+    "inter_video_loss": [presets.InterVideoSettings],
+    "FlexibleOT": [presets.TransportSettings],
+    "flexible_ot": [presets.TransportSettings],
+    "flexible_ot_pot_problems": [presets.TransportSettings],
+    "IntraVideoEvidentialLoss": [presets.IntraVideoSettings],
+    "intra_video_loss": [presets.IntraVideoSettings, presets.TransportSettings],
+    "BaseRetrievalLoss": [BaseRetrievalSettings],
+    "base_retrieval_loss": [BaseRetrievalSettings],
+    "TripletRankingLoss": [BaseLossSettings],
+    "triplet_ranking_loss": [BaseLossSettings],
+    "InfoNCELoss": [BaseLossSettings],
+    "info_nce_loss": [BaseLossSettings],
+    "QueryDiversityLoss": [BaseLossSettings],
+    "query_diversity_loss": [BaseLossSettings],
+    "GalleryUncertainty": [IdentificationSettings],
+    "gallery_opinion": [IdentificationSettings],
+    "calibrated_target": [presets.InterVideoSettings],
+}
+RENAMES = {"video_to_text": "nce_video_to_text", "alpha": "div_alpha", "delta": "div_delta", "lam": "div_lambda"}
+#: Parameters whose default differs from the field on purpose.
+INTENDED = {
+    # in the functionals ``hard_negative_topk`` doubles as the switch: None = random negatives
+    ("base_retrieval_loss", "hard_negative_topk"), ("triplet_ranking_loss", "hard_negative_topk"),
+    # the gallery opinion's k-candidate evidence is not the in-batch identification's
+    ("gallery_opinion", "beta"),
+}
+#: Functionals/modules outside Holmes whose parameter names happen to match a field (DAB, HUD, transport).
+UNRELATED = {"sinkhorn", "select_sinkhorn_method", "scaling_range_bound", "evidence", "opinion", "kl_margin",
+             "pac_loss", "biased_max_similarity", "batch_classification_loss", "holistic_atomistic_consistency_loss",
+             "identify_query_types", "fit_query_thresholds", "batch_rule_query_types", "selective_confidence",
+             "GalleryQueryIdentifier", "SelectiveConfidence", "DempsterShaferFusion", "max_similarity"}
+
+
+def _public_callables():
+    for module in (ep, F):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
+                yield name, obj.__init__
+            elif inspect.isfunction(obj):
+                yield name, obj
+
+
+def test_every_signature_default_agrees_with_its_dataclass():
+    fields = {f.name for schema in SCHEMAS for f in dataclasses.fields(schema)}
+    checked, disagreements, unmapped = 0, [], []
+    for name, fn in _public_callables():
+        params = [p for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty]
+        schemas = DEFAULTS_OF.get(name)
+        if schemas is None:
+            hits = [p.name for p in params if RENAMES.get(p.name, p.name) in fields]
+            if hits and name not in UNRELATED:
+                unmapped.append((name, hits))
+            continue
+        for p in params:
+            field = RENAMES.get(p.name, p.name)
+            for schema in schemas:
+                if field in schema.__dataclass_fields__ and (name, p.name) not in INTENDED:
+                    checked += 1
+                    default = schema.__dataclass_fields__[field].default
+                    if p.default != default:
+                        disagreements.append((name, p.name, p.default, default))
+                    break
+    assert unmapped == [], "map these callables to their schema in DEFAULTS_OF (or list them as UNRELATED)"
+    assert disagreements == []
+    assert checked > 60  # the walk really compared the defaults
+
+
+def test_the_walk_catches_a_disagreeing_default(monkeypatch):
+    def flexible_ot(sim, *, epsilon: float = 0.2):  # a default written twice, differently
+        return sim
+
+    monkeypatch.setattr(F, "flexible_ot", flexible_ot)
+    with pytest.raises(AssertionError):
+        test_every_signature_default_agrees_with_its_dataclass()
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: s.__name__)
+def test_schemas_are_frozen_keyword_only_and_checked(schema):
+    settings = schema()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.__setattr__(dataclasses.fields(schema)[0].name, 0)
+    with pytest.raises(TypeError):
+        schema(*[getattr(settings, f.name) for f in dataclasses.fields(schema)])  # no positional order
+    first = dataclasses.fields(schema)[0].name
+    with pytest.raises((TypeError, ValueError), match=first):
+        dataclasses.replace(settings, **{first: "not a value"})
+
+
+def test_registry_sections_are_the_operation_schemas():
+    s = presets.holmes_settings("release", "tvr")
+    assert type(s.transport) is presets.TransportSettings is F._flexible_ot.TransportSettings
+    assert ep.FlexibleOT.from_preset("release", "tvr").settings() is not None
+    assert ep.FlexibleOT.from_preset("release", "tvr").settings() == s.transport
+    assert ep.EvidentialRetrievalLoss.from_preset("release", "tvr").settings() == s.inter
+    assert ep.IntraVideoEvidentialLoss.from_preset("release", "tvr").settings() == s.intra
+    assert ep.BaseRetrievalLoss.from_preset("release", "tvr").settings() == \
+        BaseRetrievalSettings.from_sections(s.base, s.weights)
+
+
+def test_flexible_ot_hyperparameters_are_keyword_only():
+    with pytest.raises(TypeError):
+        ep.FlexibleOT(0.1, 50)
+    for cls in (ep.EvidentialRetrievalLoss, ep.UncertaintyGuidedIdentifier, ep.BaseRetrievalLoss):
+        with pytest.raises(TypeError):
+            cls(0.3)
+
+
+def test_attributes_read_and_write_the_settings_with_checks():
+    fot = ep.FlexibleOT.from_preset("release", "tvr")
+    fot.n_iters = 10
+    assert fot.settings().n_iters == 10 and fot.n_iters == 10
+    with pytest.raises(ValueError, match="n_iters"):
+        fot.n_iters = 0
+    inter = ep.EvidentialRetrievalLoss.from_preset("release", "tvr")
+    inter.calibrate = False
+    assert inter.settings().calibrate is False
+
+
+def test_one_override_helper_for_every_from_preset():
+    from evidential_prvr._overrides import override_settings
+
+    settings, extras = override_settings(presets.TransportSettings(), {"epsilon": 0.2, "validate_args": False},
+                                         "FlexibleOT", ("validate_args",))
+    assert settings.epsilon == 0.2 and extras == {"validate_args": False}
+    with pytest.raises(TypeError, match="'eps'.*accepted"):
+        override_settings(presets.TransportSettings(), {"eps": 0.2}, "FlexibleOT")
+    assert ep.IntraVideoEvidentialLoss.from_preset("release", "cha", tau=0.2, reduction="sum").tau == 0.2
+
+
+def test_criterion_evaluates_the_registry_once(monkeypatch):
+    calls = []
+    real = presets.holmes_settings
+
+    def counting(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(presets, "holmes_settings", counting)
+    ep.HolmesCriterion.from_preset("release", "tvr")
+    assert calls == [("release", "tvr")]
+
+
+# --- the criterion composes its parts ------------------------------------------------------------------------------
+def _batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, v, mc, d = 8, 3, 6, 12
+    return dict(frame_sim=torch.rand(q, v, generator=g), clip_sim=torch.rand(q, v, generator=g),
+                query_video=[0, 0, 0, 1, 1, 2, 2, 2], query_emb=torch.randn(q, d, generator=g),
+                clip_emb=torch.randn(v, mc, d, generator=g))
+
+
+def _loss(criterion, b):
+    return criterion(b["frame_sim"], b["clip_sim"], b["query_video"], query_emb=b["query_emb"],
+                     clip_emb=b["clip_emb"], generator=torch.Generator().manual_seed(1), return_details=True)
+
+
+@pytest.mark.parametrize("part", ["base", "inter", "intra"])
+def test_a_subclassed_part_changes_the_total(part):
+    classes = {"base": ep.BaseRetrievalLoss, "inter": ep.EvidentialRetrievalLoss,
+               "intra": ep.IntraVideoEvidentialLoss}
+
+    class Doubled(classes[part]):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            return 2 * (out.loss if hasattr(out, "loss") else out)
+
+    b = _batch()
+    criterion = ep.HolmesCriterion.from_preset("release", "tvr")
+    criterion.set_epoch(25)
+    reference = _loss(criterion, b)
+    replaced = getattr(criterion, part)
+    doubled = Doubled.from_settings(replaced.settings(), **({"fot": replaced.fot} if part == "intra" else {}))
+    setattr(criterion, part, doubled)
+    changed = _loss(criterion, b)
+    weight = {"base": 1.0, "inter": criterion.inter_weight, "intra": criterion.intra_weight}[part]
+    torch.testing.assert_close(changed.loss, reference.loss + weight * getattr(reference, part))
+
+
+def test_a_replacement_module_is_called_with_what_the_parts_share():
+    seen = {}
+
+    class Recorder(torch.nn.Module):
+        def forward(self, frame_sim, clip_sim, query_video, return_details=False, *, calibrate=None):
+            seen.update(query_video=query_video, calibrate=calibrate)
+            return frame_sim.sum() * 0
+
+    b = _batch()
+    criterion = ep.HolmesCriterion.from_preset("release", "tvr", inter=Recorder())
+    _loss(criterion, b)
+    assert seen["calibrate"] is False and torch.equal(seen["query_video"], torch.tensor(b["query_video"]))
+    criterion.set_epoch(20)
+    _loss(criterion, b)
+    assert seen["calibrate"] is True
+    with pytest.raises(TypeError, match="inter"):
+        ep.HolmesCriterion(ep.BaseRetrievalLoss(), inter=ep.BaseRetrievalLoss())
