@@ -13,8 +13,12 @@
 #    release-sized synthetic set of benchmarks/release_fidelity.py (600 training videos x 4 captions,
 #    3072-d frames, 768-d tokens), once with --amp (float16 autocast + gradient scaling) and once without;
 #    prints the training time of each epoch and the peak GPU memory (torch.cuda.max_memory_allocated).
+# 3. Only where `nvidia-smi -L` lists more than one GPU: the same two epochs through the command line under
+#    torchrun (NCCL, one process per GPU, the global batch still 128 videos) and in one process, each with
+#    its training time per epoch and test SumR (docs/guide/distributed.rst, "torchrun").
 #
-# Expected wall time on one H200: about 1 minute of tests, 1-2 minutes to write the data, under 1 minute per run.
+# Expected wall time on one H200: about 1 minute of tests, 1-2 minutes to write the data, under 1 minute per run
+# (leg 3: two more runs of under 1 minute each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -56,3 +60,28 @@ for e in run["epochs"]:
 print(f"test SumR {run['test']['SumR']:.1f}; parameters {run['parameters_millions']:.2f} M")
 EOF
 done
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [ "${gpus:-0}" -gt 1 ]; then
+  "$PY" - "$WORK/tvr_2_epochs.json" <<'EOF'
+import sys
+from reference_models.holmes.config import preset
+preset("tvr").replace(schedule={"epochs": 2, "warmup_stage_epochs": 1, "hard_negative_epoch": 1}).to_json(sys.argv[1])
+EOF
+  for nproc in "$gpus" 1; do
+    echo "== torchrun --nproc_per_node $nproc, --config tvr, 2 epochs, 128 videos per global batch =="
+    "$PY" -m torch.distributed.run --nproc_per_node "$nproc" --master_addr 127.0.0.1 --master_port 29511 \
+      -m reference_models.holmes train --data-root "$WORK/data" --collection tvr --visual-feature synthetic \
+      --config-file "$WORK/tvr_2_epochs.json" --device cuda --no-progress --dist-timeout 600 --overwrite \
+      --output-dir "$WORK/torchrun_$nproc" > "$WORK/torchrun_$nproc.log" 2>&1 \
+      || { tail -20 "$WORK/torchrun_$nproc.log"; exit 1; }
+    "$PY" - "$WORK/torchrun_$nproc/results.json" "$nproc" <<'EOF'
+import json, sys
+run = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]} process(es): train {run['efficiency']['train_seconds_per_epoch']:.1f} s per epoch, "
+      f"test SumR {run['test']['recall']['SumR']:.1f} ({run['test_split']} split)")
+EOF
+  done
+else
+  echo "== one GPU: no multi-GPU (torchrun) leg =="
+fi

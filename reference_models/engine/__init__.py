@@ -22,6 +22,7 @@ from reference_models.engine.cli import (
     EXIT_USER_ERROR,
     OneLineParser,
     add_device_arguments,
+    add_distributed_arguments,
     add_output_arguments,
     add_run_arguments,
     claim_output_folder,
@@ -36,6 +37,13 @@ from reference_models.engine.cli import (
     user_message,
     write_json,
     write_text,
+)
+from reference_models.engine.distributed import (
+    DistributedRun,
+    PeerStoppedError,
+    ProcessGroupError,
+    process_group_from_environment,
+    shard_bounds,
 )
 from reference_models.engine.errors import DataValidationError, UserError, check_choice
 from reference_models.engine.fingerprint import fingerprint_differences
@@ -78,6 +86,8 @@ __all__ = [
     "clip_gradients", "build_scheduler", "warmup_linear_decay", "bert_warmup_linear", "LR_SCHEDULES",
     "GRAD_CLIP_MODES",
     "fingerprint_differences",
+    "DistributedRun", "PeerStoppedError", "ProcessGroupError", "process_group_from_environment", "shard_bounds",
+    "add_distributed_arguments",
     "run_logger", "tensorboard_writer", "progress",
     "EXIT_USER_ERROR", "OneLineParser", "int_at_least", "positive_number", "device_arg", "add_device_arguments",
     "add_output_arguments", "add_run_arguments", "claim_output_folder", "read_json_file", "run_main", "user_message", "print_line",

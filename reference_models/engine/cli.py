@@ -33,6 +33,7 @@ __all__ = [
     "device_arg",
     "add_device_arguments",
     "add_output_arguments",
+    "add_distributed_arguments",
     "add_run_arguments",
     "claim_output_folder",
     "read_json_file",
@@ -122,6 +123,16 @@ def add_output_arguments(parser: argparse.ArgumentParser, default: Path) -> None
                        help="replace the run in <output-dir> (its checkpoints, log and results) with a new one")
 
 
+def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dist-timeout``: how long a process of a ``torchrun`` run waits for the others
+    (:mod:`reference_models.engine.distributed`)."""
+    from reference_models.engine.distributed import DEFAULT_TIMEOUT_S
+
+    parser.add_argument("--dist-timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="under torchrun: seconds a process waits for the others (start, validation on rank 0, "
+                             f"every collective) before the run stops (default: {DEFAULT_TIMEOUT_S:g})")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, default_output: Path | str = "runs/train") -> None:
     """Every flag of a training command: :func:`add_device_arguments`, ``--epochs``,
     :func:`add_output_arguments` and ``--amp``."""
@@ -174,7 +185,8 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
     try:
         return handler(args)
     except UserError as exc:
-        print_line("error", user_message(exc))
+        if not getattr(exc, "quiet", False):  # quiet: another process of the run printed the reason
+            print_line("error", user_message(exc))
     except OSError as exc:  # reading or writing a named file failed (permissions, disk full, ...)
         if exc.filename is None:
             raise

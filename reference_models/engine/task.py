@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
-from reference_models.engine.errors import check_choice
+from reference_models.engine.distributed import DistributedRun
+from reference_models.engine.errors import UserError, check_choice
 from reference_models.engine.optimization import GRAD_CLIP_MODES, build_scheduler
 
 __all__ = ["TrainingSchedule", "TrainingTask", "StepTerms"]
@@ -148,6 +149,17 @@ class TrainingTask(metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def validate(self, model: nn.Module, objective: nn.Module, device: torch.device) -> dict[str, float]:
         """Validation metrics after an epoch; must contain the task's ``selection_metric``."""
+
+    def use_distributed(self, run: DistributedRun) -> None:
+        """Called by the engine before anything is built when several processes train together.
+
+        A task that supports it keeps ``run`` and then returns from :meth:`train_loader` this rank's shard
+        of every global batch (the same number of batches on every rank), builds an objective that sees the
+        global batch, and accepts the ``DistributedDataParallel`` wrapper as ``model`` in
+        :meth:`training_step` (``model.module`` is the model). By default: refused.
+        """
+        raise UserError(f"the {self.name} task does not support multi-process training (torchrun); run it in "
+                        f"one process")
 
     def checkpoint_extras(self) -> dict[str, Any]:
         """Extra top-level entries of ``last.pt`` and ``best.pt`` (feature sizes, a vocabulary, ...)."""

@@ -44,7 +44,7 @@ from evidential_prvr.presets import BaseRetrievalSettings
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.dab_variant import DABObjective
 
-__all__ = ["ObjectiveTerms", "HolmesObjective", "build_criterion"]
+__all__ = ["ObjectiveTerms", "HolmesObjective", "DistributedHolmesObjective", "build_criterion"]
 
 
 @dataclass
@@ -82,25 +82,28 @@ class ObjectiveTerms:
         return {k: getattr(self, k).detach() for k in ("total", "base", "inter", "intra", "pac")}
 
 
-def _inter_loss(config: HolmesConfig, **changes: object) -> EvidentialRetrievalLoss:
+def _inter_loss(config: HolmesConfig, distributed: bool = False, **changes: object) -> EvidentialRetrievalLoss:
     """L_inter of ``config``'s ``inter`` section with the ablation's fusion rule and ``changes``."""
     settings = dataclasses.replace(config.inter, fusion=config.ablation.fusion, **changes)
-    return EvidentialRetrievalLoss.from_settings(settings)
+    return EvidentialRetrievalLoss.from_settings(settings, distributed=distributed)
 
 
-def build_criterion(config: HolmesConfig) -> HolmesCriterion:
+def build_criterion(config: HolmesConfig, distributed: bool = False) -> HolmesCriterion:
     """The library's :class:`~evidential_prvr.HolmesCriterion` for ``config``: its parts built from the
     config's ``base``, ``weights``, ``inter``, ``transport`` and ``intra`` sections (the registry's
-    dataclasses), with the ablation switches applied and the ``schedule`` section's switch epochs."""
+    dataclasses), with the ablation switches applied and the ``schedule`` section's switch epochs
+    (``distributed``: the criterion and its parts see the global batch, :doc:`/guide/distributed`)."""
     weights, ablation = config.weights, config.ablation
     if ablation.method == "dab":  # DAB's PAC loss replaces InfoNCE
         weights = dataclasses.replace(weights, nce_frame=0.0, nce_clip=0.0)
-    base = BaseRetrievalLoss.from_settings(BaseRetrievalSettings.from_sections(config.base, weights))
+    base = BaseRetrievalLoss.from_settings(BaseRetrievalSettings.from_sections(config.base, weights),
+                                           distributed=distributed)
     inter = intra = None
     if ablation.method == "holmes":
         terms = {"both": ("frame", "clip"), "frame": ("frame",), "clip": ("clip",)}[ablation.inter_branches]
         inter = _inter_loss(
             config,
+            distributed,
             calibrate=ablation.calibration != "none",
             calibration_set="initial" if ablation.calibration == "initial_polysemous" else "refined",
             terms=terms + (("fused",) if ablation.aggregation else ()),
@@ -108,10 +111,10 @@ def build_criterion(config: HolmesConfig) -> HolmesCriterion:
         if ablation.intra:
             intra = IntraVideoEvidentialLoss.from_settings(
                 dataclasses.replace(config.intra, assignment=ablation.assignment),
-                FlexibleOT.from_settings(config.transport))
+                FlexibleOT.from_settings(config.transport), distributed=distributed)
     return HolmesCriterion(base, inter, intra, inter_weight=weights.inter, intra_weight=weights.intra,
                            warmup_stage_epochs=config.schedule.warmup_stage_epochs,
-                           hard_negative_epoch=config.schedule.hard_negative_epoch)
+                           hard_negative_epoch=config.schedule.hard_negative_epoch, distributed=distributed)
 
 
 class HolmesObjective(nn.Module):
@@ -125,14 +128,25 @@ class HolmesObjective(nn.Module):
         Loss weights, schedule and ablation switches.
     hidden_size : int
         Embedding size of the model (the DAB heads' input size).
+    distributed : bool
+        The criterion sees the global batch of a multi-process run (:doc:`/guide/distributed`); see
+        :class:`DistributedHolmesObjective`, which also gives the ranks the same random negatives.
     """
 
-    def __init__(self, config: HolmesConfig, hidden_size: int) -> None:
+    def __init__(self, config: HolmesConfig, hidden_size: int, distributed: bool = False) -> None:
         super().__init__()
         self.config = config
         self.method = config.ablation.method
-        self.criterion = build_criterion(config)
+        if distributed and self.method == "dab":
+            raise ValueError("method='dab' cannot train over several processes: its PAC loss has no distributed "
+                             "form; use method='holmes' or 'baseline'")
+        self.distributed = bool(distributed)
+        self.criterion = build_criterion(config, self.distributed)
         self.dab: DABObjective | None = DABObjective(hidden_size, config.dab) if self.method == "dab" else None
+
+    def negatives_generator(self, device: torch.device) -> torch.Generator | None:
+        """The random source of the triplet negatives on ``device``: ``None`` (torch's global generator)."""
+        return None
 
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """The query identifier of L_inter (built from the same settings when L_inter is off).
@@ -175,7 +189,7 @@ class HolmesObjective(nn.Module):
             output.frame_sim, output.clip_sim, batch.query_video, query_emb=_second_encoding(output),
             clip_emb=output.videos.clip if intra else None, frame_logits=output.frame_logits,
             clip_logits=output.clip_logits, clip_mask=batch.clip_mask if intra else None, max_queries=max_queries,
-            return_details=True,
+            return_details=True, generator=self.negatives_generator(output.frame_sim.device),
         )
         assert isinstance(details, HolmesLossDetails)
         pac = details.loss.new_zeros(())
@@ -187,6 +201,51 @@ class HolmesObjective(nn.Module):
         total = details.loss + self.config.dab.weight * pac
         return ObjectiveTerms(total=total, base=details.base, inter=details.inter, intra=details.intra, pac=pac,
                               stage=details.stage, query_type=query_type)
+
+
+class DistributedHolmesObjective(HolmesObjective):
+    """:class:`HolmesObjective` of one rank of a multi-process run: the criterion sees the global batch, and
+    the triplet negatives come from a generator of its own, equal on every rank.
+
+    Each rank passes its queries' scores against every video of the global batch, with global video
+    indices (:doc:`/guide/distributed`); the criterion then draws the global batch's negatives on every
+    rank, which must therefore draw the same numbers. The ranks' global generators cannot give them (each
+    rank's dropout draws as many numbers as its shard holds captions), so the negatives come from a
+    generator seeded, when the objective is built, from torch's global generator (seeded alike on every
+    rank at that point); its seed and state are saved with the objective (``_extra_state``).
+    """
+
+    def __init__(self, config: HolmesConfig, hidden_size: int) -> None:
+        super().__init__(config, hidden_size, distributed=True)
+        self._seed = int(torch.randint(2**62, ()))
+        self._state: torch.Tensor | None = None  # a restored state, applied when the generator is made
+        self._negatives: torch.Generator | None = None
+
+    def negatives_generator(self, device: torch.device) -> torch.Generator:
+        """This objective's generator, made on ``device`` at the first step (or after a restore)."""
+        if self._negatives is None or self._negatives.device != torch.device(device):
+            self._negatives = torch.Generator(device).manual_seed(self._seed)
+            if self._state is not None:
+                self._negatives.set_state(self._state)
+        return self._negatives
+
+    def identifier(self) -> UncertaintyGuidedIdentifier:
+        """The query identifier of L_inter's settings for one process (evaluation runs on rank 0 alone)."""
+        if self.criterion.inter is not None:
+            inter = self.criterion.inter
+            return UncertaintyGuidedIdentifier.from_settings(inter.settings(), validate_args=inter.validate_args)
+        return super().identifier()
+
+    def get_extra_state(self) -> dict[str, object]:
+        """The negatives' seed and generator state (what :meth:`set_extra_state` restores)."""
+        return {"seed": self._seed, "state": None if self._negatives is None else self._negatives.get_state()}
+
+    def set_extra_state(self, state: dict[str, object]) -> None:
+        """Restore :meth:`get_extra_state`; the generator is made again at the next step."""
+        saved = state["state"]
+        self._seed = int(state["seed"])  # type: ignore[call-overload]
+        self._state = saved.cpu() if isinstance(saved, torch.Tensor) else None
+        self._negatives = None
 
 
 def _second_encoding(output) -> torch.Tensor:

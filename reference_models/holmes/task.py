@@ -6,17 +6,28 @@ with Holmes: the :class:`~reference_models.holmes.model.HolmesModel` built from 
 :class:`~reference_models.holmes.objective.HolmesObjective` (Holmes Eq. 21, or an ablation, the MIL baseline or
 the DAB variant), the batches of whole videos with all their captions, the optimiser of the config and the
 validation SumR (:func:`~reference_models.holmes.evaluate.evaluate_retrieval`), which selects ``best.pt``.
+
+**Several processes** (``torchrun``, :meth:`HolmesTask.use_distributed`): each rank trains on its
+contiguous shard of every global batch of ``videos_per_batch`` videos (with their captions); in each step it
+gathers the video embeddings of the global batch with gradient
+(:func:`evidential_prvr.distributed.gather_with_grad`), scores its own queries against all of them and
+labels them with global video indices, and the :class:`~reference_models.holmes.objective.DistributedHolmesObjective`
+computes the single-process loss of the global batch (the calling convention of :doc:`/guide/distributed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
 from torch import nn
 
+from evidential_prvr.distributed import gather_sizes, gather_with_grad, rank_offset
 from reference_models.engine import (
+    DistributedRun,
     NonFiniteOutputError,
+    UserError,
     TrainingSchedule,
     TrainingTask,
     all_finite,
@@ -27,7 +38,8 @@ from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_train_loader
 from reference_models.holmes.evaluate import evaluate_retrieval
 from reference_models.holmes.factory import build_model
-from reference_models.holmes.objective import HolmesObjective, ObjectiveTerms
+from reference_models.holmes.model import VideoEmbeddings, max_over_positions
+from reference_models.holmes.objective import DistributedHolmesObjective, HolmesObjective, ObjectiveTerms
 from reference_models.holmes.optimization import optimizer_from_settings
 
 __all__ = ["HolmesTask"]
@@ -56,6 +68,7 @@ class HolmesTask(TrainingTask):
         self.config = config
         self.train_split = train_split
         self.val_split = val_split
+        self.run: DistributedRun | None = None
 
     @property
     def schedule(self) -> TrainingSchedule:
@@ -85,19 +98,36 @@ class HolmesTask(TrainingTask):
         split = self.train_split
         return build_model(self.config, split.visual_dim, split.text_dim, split.n_clips, split.n_frames)
 
+    def use_distributed(self, run: DistributedRun) -> None:
+        """Train as rank ``run.rank`` of ``run.world_size``: the global batch keeps ``videos_per_batch`` videos."""
+        vpb = self.config.optim.videos_per_batch
+        if self.config.ablation.method == "dab":
+            raise UserError("--ablation dab cannot train over several processes (the PAC loss of the DAB variant has "
+                            "no distributed form); run it in one process")
+        if vpb < run.world_size:
+            raise UserError(f"optim.videos_per_batch is {vpb}, fewer than the {run.world_size} processes: every "
+                            f"process needs a video of each batch")
+        self.run = run
+
     def build_objective(self) -> nn.Module:
+        if self.run is not None:
+            return DistributedHolmesObjective(self.config, self.config.model.hidden_size)
         return HolmesObjective(self.config, self.config.model.hidden_size)
 
     def train_loader(self, seed: int, num_workers: int = 0):
         split, vpb = self.train_split, self.config.optim.videos_per_batch
+        ranks = {} if self.run is None else {"rank": self.run.rank, "world_size": self.run.world_size}
         # A trailing batch with a single video has no in-batch negative: drop it (the shuffle changes per epoch).
         return make_train_loader(split, vpb, seed=seed, num_workers=num_workers,
-                                 drop_last=split.num_videos % vpb == 1 and split.num_videos > 1)
+                                 drop_last=split.num_videos % vpb == 1 and split.num_videos > 1, **ranks)
 
     def training_step(self, model: nn.Module, objective: nn.Module, batch, device: torch.device) -> ObjectiveTerms:
-        max_queries = int(torch.bincount(batch.query_video).max())  # on the host, before the copy
+        # on the host, before the copy; with several processes the criterion gathers the global batch's
+        max_queries = int(torch.bincount(batch.query_video).max()) if self.run is None else None
         batch = batch.to(device, non_blocking=True)
         output = model(batch)
+        if self.run is not None:
+            output, batch = _global_scores(model.module, output, batch)
         try:
             return objective(output, batch, max_queries)
         except ValueError as exc:  # the library refuses non-finite scores: say that training diverged
@@ -114,3 +144,21 @@ class HolmesTask(TrainingTask):
 
     def validate(self, model: nn.Module, objective: nn.Module, device: torch.device) -> dict[str, float]:
         return evaluate_retrieval(model, self.val_split, self.config, device=device).recall
+
+
+def _global_scores(model: nn.Module, output, batch):
+    """This rank's ``output`` and ``batch`` in the distributed calling convention: its queries' scores and
+    logits against every video of the global batch (gathered with gradient, rank order) and its captions'
+    global video indices; ``output.videos`` (the clip embeddings of L_intra) stays this rank's own."""
+    videos = output.videos
+    sizes = gather_sizes(len(videos), videos.clip.device)
+    everyone = VideoEmbeddings(*(gather_with_grad(t, sizes=sizes) for t in (videos.clip, videos.frame,
+                                                                           videos.frame_mask)))
+    sims = model.similarity(output.query, everyone)
+    output = dataclasses.replace(
+        output, clip_sim=sims.clip, frame_sim=sims.frame, score=sims.score,
+        clip_logits=max_over_positions(output.query, everyone.clip),
+        frame_logits=max_over_positions(output.query, everyone.frame, everyone.frame_mask,
+                                        fill=model.padded_frame_logit),
+    )
+    return output, dataclasses.replace(batch, query_video=batch.query_video + rank_offset(sizes))

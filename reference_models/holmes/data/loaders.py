@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from reference_models.engine.distributed import shard_bounds
 from reference_models.holmes.data.batches import QueryBatch, TrainBatch, VideoBatch, collate_queries, collate_videos
 from reference_models.holmes.data.errors import DataValidationError
 from reference_models.holmes.data.split import PRVRSplit
@@ -121,17 +122,28 @@ class TrainLoader:
 
     The order depends only on ``(seed, epoch)``: call :meth:`set_epoch` before iterating, so that
     a resumed run sees exactly the batches an uninterrupted run would have seen.
+
+    With ``world_size > 1`` (multi-process training) the loader of rank ``rank`` yields its contiguous
+    shard of every batch (:func:`~reference_models.engine.shard_bounds`): the ranks' shards,
+    concatenated in rank order, are the single-process batch, so the global batch keeps
+    ``videos_per_batch`` videos and a video's captions stay on one rank. Every rank needs a video of each
+    batch: a trailing batch of fewer than ``world_size`` videos is dropped.
     """
 
     def __init__(
         self, split: PRVRSplit, videos_per_batch: int = 128, *, seed: int = 0, num_workers: int = 0,
-        drop_last: bool = False,
+        drop_last: bool = False, rank: int = 0, world_size: int = 1,
     ) -> None:
         self.split = split
         self.videos_per_batch = _check_count(videos_per_batch, "videos_per_batch", 1)
         self.seed = _check_count(seed, "seed", 0)
         self.num_workers = _check_count(num_workers, "num_workers", 0)
-        self.drop_last = bool(drop_last)
+        self.world_size = _check_count(world_size, "world_size", 1)
+        self.rank = _check_count(rank, "rank", 0)
+        if self.rank >= self.world_size or self.videos_per_batch < self.world_size:
+            raise ValueError(f"need rank < world_size <= videos_per_batch, got rank {rank}, world_size {world_size}, "
+                             f"videos_per_batch {videos_per_batch}")
+        self.drop_last = bool(drop_last) or 0 < split.num_videos % self.videos_per_batch < self.world_size
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -146,6 +158,8 @@ class TrainLoader:
         chunks = [order[i : i + n] for i in range(0, len(order), n)]
         if self.drop_last and chunks and len(chunks[-1]) < n:
             chunks.pop()
+        if self.world_size > 1:
+            chunks = [chunk[slice(*shard_bounds(len(chunk), self.rank, self.world_size))] for chunk in chunks]
         return chunks
 
     def __len__(self) -> int:
@@ -177,10 +191,13 @@ class OrderedLoader:
 
 
 def make_train_loader(
-    split: PRVRSplit, videos_per_batch: int = 128, *, seed: int = 0, num_workers: int = 0, drop_last: bool = False
+    split: PRVRSplit, videos_per_batch: int = 128, *, seed: int = 0, num_workers: int = 0, drop_last: bool = False,
+    rank: int = 0, world_size: int = 1,
 ) -> TrainLoader:
-    """Training batches: ``videos_per_batch`` videos each with all their captions, shuffled per ``(seed, epoch)``."""
-    return TrainLoader(split, videos_per_batch, seed=seed, num_workers=num_workers, drop_last=drop_last)
+    """Training batches: ``videos_per_batch`` videos each with all their captions, shuffled per ``(seed, epoch)``
+    (with ``world_size > 1``: rank ``rank``'s shard of each, see :class:`TrainLoader`)."""
+    return TrainLoader(split, videos_per_batch, seed=seed, num_workers=num_workers, drop_last=drop_last, rank=rank,
+                       world_size=world_size)
 
 
 def make_video_loader(split: PRVRSplit, batch_size: int = 256, num_workers: int = 0) -> OrderedLoader:
