@@ -108,6 +108,30 @@ def _record_steps(trainer) -> list[dict]:
     return steps
 
 
+def run_config(args: argparse.Namespace) -> HolmesConfig:
+    """``--config`` (a preset or a JSON file) with the run's epochs, batch size and stage switches."""
+    cfg = HolmesConfig.from_json(args.config) if Path(args.config).suffix == ".json" else preset(args.config)
+    return cfg.replace(
+        optim={"epochs": args.epochs, "videos_per_batch": args.videos_per_batch},
+        schedule={"warmup_stage_epochs": args.warmup_stage, "hard_negative_epoch": args.hard_negative_epoch},
+    )
+
+
+def load_splits(root: Path, cfg: HolmesConfig) -> dict:
+    """The train, val and test splits of the set under ``root``."""
+    return {name: load_split(root, COLLECTION, FEATURE, name, max_query_len=cfg.model.max_query_len)
+            for name in ("train", "val", "test")}
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the data, the config and the run (shared with ``training_memory.py``)."""
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--config", default="tvr", help=f"a preset ({', '.join(sorted(PRESETS))}) or a .json file")
+    for flag, default in (("--epochs", 8), ("--warmup-stage", 3), ("--hard-negative-epoch", 3),
+                          ("--videos-per-batch", 128), ("--seed", 0), ("--threads", 2)):
+        parser.add_argument(flag, type=int, default=default)
+
+
 def train_curve(args: argparse.Namespace) -> dict:
     """Train and evaluate one config; the returned dict is what ``curve.json`` holds."""
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
@@ -115,15 +139,8 @@ def train_curve(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = HolmesConfig.from_json(args.config) if Path(args.config).suffix == ".json" else preset(args.config)
-    cfg = cfg.replace(
-        optim={"epochs": args.epochs, "videos_per_batch": args.videos_per_batch},
-        schedule={"warmup_stage_epochs": args.warmup_stage, "hard_negative_epoch": args.hard_negative_epoch},
-    )
-    splits = {
-        name: load_split(args.root, COLLECTION, FEATURE, name, max_query_len=cfg.model.max_query_len)
-        for name in ("train", "val", "test")
-    }
+    cfg = run_config(args)
+    splits = load_splits(args.root, cfg)
     out = Path(args.output_dir)
     trainer = Trainer(cfg, splits["train"], splits["val"], out, device=args.device, seed=args.seed, amp=args.amp,
                       show_progress=False, verbose=True)
@@ -156,16 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--root", type=Path, required=True)
     data.add_argument("--seed", type=int, default=0)
     train = sub.add_parser("train", help="train one config and write curve.json")
-    train.add_argument("--root", type=Path, required=True)
-    train.add_argument("--config", default="tvr", help=f"a preset ({', '.join(sorted(PRESETS))}) or a .json file")
-    train.add_argument("--epochs", type=int, default=8)
-    train.add_argument("--warmup-stage", type=int, default=3)
-    train.add_argument("--hard-negative-epoch", type=int, default=3)
-    train.add_argument("--videos-per-batch", type=int, default=128)
-    train.add_argument("--seed", type=int, default=0)
+    add_run_arguments(train)
     train.add_argument("--device", default="cpu")
     train.add_argument("--amp", action="store_true")
-    train.add_argument("--threads", type=int, default=2)
     train.add_argument("--log-steps", action="store_true", help="also record every step's loss terms")
     train.add_argument("--output-dir", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -48,8 +48,10 @@ from reference_models.engine.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
+from reference_models.engine.distributed import DistributedRun, quiet_logger
 from reference_models.engine.errors import UserError
 from reference_models.engine.fingerprint import fingerprint_differences
+from reference_models.engine.host_memory import keep_large_blocks_mapped
 from reference_models.engine.optimization import clip_gradients
 from reference_models.engine.reporting import progress, run_logger, tensorboard_writer
 from reference_models.engine.task import TrainingTask
@@ -178,6 +180,11 @@ class Trainer:
         Data-loader worker processes.
     verbose : bool
         Also write the log to standard error.
+    distributed : DistributedRun, optional
+        This process's place in a multi-process run (:mod:`reference_models.engine.distributed`); then
+        ``device`` is the rank's, the task is told (:meth:`TrainingTask.use_distributed`), the model trains
+        under ``DistributedDataParallel`` (:attr:`train_model`), rank 0 alone validates and writes
+        ``output_dir``, and ``last.pt`` holds every rank's generator states. Default: one process.
     """
 
     def __init__(
@@ -191,20 +198,34 @@ class Trainer:
         show_progress: bool = True,
         num_workers: int = 0,
         verbose: bool = False,
+        distributed: DistributedRun | None = None,
     ) -> None:
         self.task = task
+        self.run = distributed if distributed is not None else DistributedRun(device=torch.device(device))
         self.schedule = task.schedule
         self.output_dir = Path(output_dir)
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         self.device = torch.device(device)
         self.seed = int(seed)
         self.amp = bool(amp)
-        self.show_progress = show_progress
-        self.logger = run_logger(self.output_dir / "train.log", task.name, console=verbose)
+        keep_large_blocks_mapped()  # the resident size follows the live tensors (see engine.host_memory)
+        if self.run.is_writer:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.show_progress = show_progress
+            self.logger = run_logger(self.output_dir / "train.log", task.name, console=verbose)
+        else:
+            self.show_progress = False
+            self.logger = quiet_logger(task.name, self.run.rank)
+        if self.run.is_distributed:
+            task.use_distributed(self.run)
 
         seed_everything(self.seed)
         self.model = task.build_model().to(self.device)
         self.objective = task.build_objective().to(self.device)
+        #: What the training steps run, ``model`` itself or its ``DistributedDataParallel`` wrapper.
+        self.train_model: nn.Module = self.model
+        if self.run.is_distributed:
+            self.train_model = _wrap_for_ranks(self.model, self.objective, self.device)
+            seed_everything(self.seed + self.run.rank)  # the same weights everywhere, each rank its own dropout
         self.loader = task.train_loader(self.seed, num_workers)
         self.steps_per_epoch = len(self.loader)
         self.optimizer = task.build_optimizer([self.model, self.objective])
@@ -250,6 +271,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": capture_rng_state(),
+            **self._rank_rng_states(),
             "selection_metric": self.task.selection_metric,
             "best_metric": self.best_metric,
             "best_epoch": self.best_epoch,
@@ -311,7 +333,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        restore_rng_state(state["rng"])
+        restore_rng_state(self._own_rng_state(state))
         self.start_epoch = int(state["epoch"]) + 1
         self.best_metric = float(state["best_metric"] if "best_metric" in state else state["best_sumr"])
         self.best_epoch = int(state["best_epoch"])
@@ -339,7 +361,7 @@ class Trainer:
             if stopped_early:
                 break
             losses, seconds = self._train_epoch(epoch)
-            metrics = self.task.validate(self.model, self.objective, self.device)
+            metrics = self._validate()
             if key not in metrics:
                 raise KeyError(f"{type(self.task).__name__}.validate returned no {key!r} (the selection metric); "
                                f"got {sorted(metrics)}")
@@ -353,14 +375,17 @@ class Trainer:
             if self.device.type == "cuda":  # peak of the epoch's training and validation
                 record["peak_gpu_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             self.history.append(record)
-            self._log_epoch(record, improved)
-            if improved:
-                save_checkpoint(
-                    {"config": self.task.config_dict(), **self.task.checkpoint_extras(), "epoch": epoch,
-                     "model": self.model.state_dict(), "val": metrics},
-                    self.best_path,
-                )
-            save_checkpoint(self._state(epoch), self.last_path)
+            if self.run.is_writer:
+                self._log_epoch(record, improved)
+                if improved:
+                    save_checkpoint(
+                        {"config": self.task.config_dict(), **self.task.checkpoint_extras(), "epoch": epoch,
+                         "model": self.model.state_dict(), "val": metrics},
+                        self.best_path,
+                    )
+            state = self._state(epoch)  # on every rank: it gathers the ranks' generator states
+            if self.run.is_writer:
+                save_checkpoint(state, self.last_path)
             stopped_early = self.bad_epochs >= schedule.early_stop_patience
             if stopped_early:
                 self.logger.info("early stop: %d epochs without a better val %s", self.bad_epochs, key)
@@ -387,7 +412,7 @@ class Trainer:
         for batch in progress(self.loader, self.show_progress, f"epoch {epoch + 1}/{schedule.epochs}"):
             try:
                 with autocast_context(self.device, self.amp):
-                    terms = self.task.training_step(self.model, self.objective, batch, self.device)
+                    terms = self.task.training_step(self.train_model, self.objective, batch, self.device)
             except NonFiniteOutputError:
                 raise watch.error(steps) from None
             except ValueError:  # the library refuses non-finite inputs: diverged when the weights are
@@ -424,11 +449,50 @@ class Trainer:
             for key, value in scalars.items():
                 self._writer.add_scalar(key, value, record["epoch"] + 1)
 
+    # --- several processes ------------------------------------------------------------------------
+    def _validate(self) -> dict[str, float]:
+        """The task's validation metrics; with several ranks, rank 0 validates and every rank gets the
+        selection metric (so that all take the same best-epoch and early-stopping decisions)."""
+        if not self.run.is_distributed:
+            return self.task.validate(self.model, self.objective, self.device)
+        key = self.task.selection_metric
+        metrics = self.task.validate(self.model, self.objective, self.device) if self.run.is_writer else {}
+        value = self.run.broadcast_value(float(metrics.get(key, math.nan)) if self.run.is_writer else math.nan)
+        return metrics if self.run.is_writer else {key: value}
+
+    def _rank_rng_states(self) -> dict[str, Any]:
+        """With several ranks, ``{"rank_rng": [every rank's generator states]}`` (on rank 0), else ``{}``."""
+        if not self.run.is_distributed:
+            return {}
+        return {"rank_rng": self.run.gather_to_writer(capture_rng_state())}
+
+    def _own_rng_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """This rank's generator states in a ``last.pt``: ``rank_rng[rank]`` when it was written by as many
+        ranks as this run has, else (one process, or another number of processes, with a warning) ``rng``."""
+        saved = state.get("rank_rng")
+        count = len(saved) if isinstance(saved, list) else 1
+        if count != self.run.world_size:
+            self.logger.warning("last.pt was written by %d process(es), this run has %d: the random streams "
+                                "(dropout) are not those of an uninterrupted run", count, self.run.world_size)
+        if self.run.is_distributed and count == self.run.world_size:
+            return saved[self.run.rank]
+        return state["rng"]
+
     def load_best(self) -> nn.Module:
         """Load ``best.pt`` into ``model`` (falls back to the current weights when absent) and return it."""
         if self.best_path.is_file():
             self.model.load_state_dict(load_checkpoint(self.best_path, map_location=self.device)["model"])
         return self.model
+
+
+def _wrap_for_ranks(model: nn.Module, objective: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` under ``DistributedDataParallel`` (which averages its gradients over the ranks)."""
+    if any(p.requires_grad for p in objective.parameters()):
+        raise UserError(f"{type(objective).__name__} holds trainable parameters: multi-process training averages "
+                        f"the model's gradients only; train this objective in one process")
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
 
 
 class _DivergenceWatch:

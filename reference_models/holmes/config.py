@@ -244,7 +244,7 @@ class HolmesConfig:
             value = getattr(m, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"model.{name} must be an int >= 0, got {value!r}")
-        for name in ("attention_output_projection", "second_query_encoding"):
+        for name in ("attention_output_projection", "second_query_encoding", "activation_checkpointing"):
             if not isinstance(getattr(m, name), bool):
                 raise ValueError(f"model.{name} must be a bool, got {getattr(m, name)!r}")
         if m.position_table is not None:

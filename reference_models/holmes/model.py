@@ -48,7 +48,7 @@ from reference_models.holmes.gaussian_attention import (
     GaussianAttentionBlock,
     GaussianKernel,
 )
-from reference_models.holmes.multi_width import WIDTH_WEIGHTINGS, MultiWidthGaussianBlock, WidthWeighting
+from reference_models.holmes.multi_width import WIDTH_WEIGHTINGS, MultiWidthGaussianBlock, WidthWeighting, run_part
 
 __all__ = [
     "ModelSettings",
@@ -112,6 +112,12 @@ class ModelSettings(RegistryModelSettings):
         How padded keys are removed from attention.
     padded_frames : {"zero", "mask"}
         Padded frames score cosine 0 (release) or are left out of the max (see the module doc).
+    activation_checkpointing : bool
+        In training, recompute the width blocks, the width weighting and the query attention block in the
+        backward pass instead of keeping their activations
+        (:class:`~reference_models.holmes.multi_width.MultiWidthGaussianBlock`): the same losses and
+        gradients bit for bit, for less than half of a step's memory, at the cost of running those parts
+        forward twice (the reference-model guide, "Training memory").
     """
 
     dropout: float = 0.1
@@ -124,6 +130,7 @@ class ModelSettings(RegistryModelSettings):
     second_query_encoding: bool = True
     attention_mask: AttentionMask = "additive"
     padded_frames: PaddedFrames = "zero"
+    activation_checkpointing: bool = False
 
 
 #: The deprecated keyword names of :class:`ModelConfig` (up to release 1.0.0) and today's.
@@ -355,6 +362,7 @@ class VideoBranch(nn.Module):
                 temperature=config.width_temperature,
                 attention_mask=config.attention_mask,
                 output_projection=config.attention_output_projection,
+                activation_checkpointing=config.activation_checkpointing,
             )
             for _ in range(config.num_blocks)
         )
@@ -378,9 +386,11 @@ class TextEncoder(nn.Module):
             attention_mask=config.attention_mask, output_projection=config.attention_output_projection,
         )
         self.pool_score = nn.Linear(config.hidden_size, 1, bias=False)
+        self.activation_checkpointing = config.activation_checkpointing
 
     def forward(self, feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        tokens = self.attention(self.position(self.projection(feats)), mask)  # [Q, L, d]
+        tokens = run_part(self.attention, self.position(self.projection(feats)), mask,
+                          self.activation_checkpointing)  # [Q, L, d]
         logits = self.pool_score(tokens).squeeze(-1)
         logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
         weights = torch.softmax(logits, dim=-1)

@@ -28,6 +28,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from reference_models.engine.errors import check_choice
 from reference_models.holmes.gaussian_attention import AttentionMask, GaussianAttentionBlock, GaussianKernel
@@ -38,6 +39,7 @@ __all__ = [
     "CrossAttentionWidthWeights",
     "LinearWidthWeights",
     "MultiWidthGaussianBlock",
+    "run_part",
 ]
 
 WidthWeighting = Literal["cross_attention", "linear", "mean"]
@@ -139,6 +141,11 @@ class MultiWidthGaussianBlock(nn.Module):
         Sequence length; required by ``"cross_attention"``.
     temperature : float
         Softmax temperature of the learned weightings.
+    activation_checkpointing : bool
+        In training, keep only each width block's (and the width weighting's) input for the backward pass
+        and run its forward again there (``torch.utils.checkpoint.checkpoint``, the random state
+        restored, so dropout draws the same masks): the same values and gradients for less memory and
+        about one more forward pass of time.
     """
 
     def __init__(
@@ -155,6 +162,7 @@ class MultiWidthGaussianBlock(nn.Module):
         temperature: float = 1.0,
         attention_mask: AttentionMask = "additive",
         output_projection: bool = False,
+        activation_checkpointing: bool = False,
     ) -> None:
         super().__init__()
         if len(widths) == 0:
@@ -166,6 +174,7 @@ class MultiWidthGaussianBlock(nn.Module):
             for w in widths
         )
         self.weighting = weighting
+        self.activation_checkpointing = bool(activation_checkpointing)
         self.weights: nn.Module | None
         if weighting == "cross_attention":
             if n_positions is None:
@@ -185,8 +194,17 @@ class MultiWidthGaussianBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x [B, L, d]``, ``mask [B, L]`` → ``[B, L, d]``."""
-        outputs = torch.stack([block(x, mask) for block in self.blocks], dim=-2)  # [B, L, W, d]
+        outputs = torch.stack([run_part(block, x, mask, self.activation_checkpointing) for block in self.blocks],
+                              dim=-2)  # [B, L, W, d]
         if self.weights is None:
             return outputs.mean(dim=-2)
-        weights = self.weights(outputs, mask)
+        weights = run_part(self.weights, outputs, mask, self.activation_checkpointing)
         return (weights.unsqueeze(-1) * outputs).sum(dim=-2)
+
+
+def run_part(part: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, checkpointed: bool) -> torch.Tensor:
+    """``part(x, mask)``; with ``checkpointed`` in training, through ``torch.utils.checkpoint.checkpoint``
+    (non-reentrant, random state preserved: dropout draws the masks of the first pass again)."""
+    if checkpointed and part.training and torch.is_grad_enabled():
+        return checkpoint(part, x, mask, use_reentrant=False, preserve_rng_state=True)
+    return part(x, mask)

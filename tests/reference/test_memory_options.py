@@ -1,0 +1,163 @@
+"""Training-memory options of the reference model: activation checkpointing gives the same losses and gradients
+bit for bit for fewer saved activations, and the engine's allocator setting returns freed tensors to the system."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reference_models.engine.host_memory import keep_large_blocks_mapped
+from reference_models.holmes.config import preset
+from reference_models.holmes.factory import build_model
+from reference_models.holmes.objective import HolmesObjective
+from tests.reference.test_model import D_T, D_V, make_batch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _config(checkpointing: bool, **model):
+    # the tvr preset's architecture (8 widths, cross-attention width weights, dropout 0.2, 4x feed-forward)
+    # at toy sizes, so that every dropout layer draws masks in the recomputed forward passes
+    return preset("tvr").replace(model={"hidden_size": 16, "num_heads": 2, "n_clips": 8, "n_frames": 20,
+                                        "max_query_len": 6, "position_table": 20,
+                                        "activation_checkpointing": checkpointing, **model})
+
+
+def _step(checkpointing: bool, epoch: int, **model):
+    """One training step's loss, every parameter's gradient and the random state after it."""
+    torch.manual_seed(0)
+    cfg = _config(checkpointing, **model)
+    net = build_model(cfg, D_V, D_T, cfg.model.n_clips, cfg.model.n_frames).train()
+    objective = HolmesObjective(cfg, cfg.model.hidden_size)
+    objective.set_epoch(epoch)
+    batch = make_batch(num_videos=5, per_video=2)
+    batch.clip_mask = torch.ones(5, 8, dtype=torch.bool)
+    torch.manual_seed(1)
+    terms = objective(net(batch), batch)
+    terms.total.backward()
+    grads = {name: p.grad.clone() for name, p in net.named_parameters() if p.grad is not None}
+    return terms.total.detach(), grads, torch.get_rng_state()
+
+
+@pytest.mark.parametrize("epoch", [0, 5], ids=["first stage", "second stage"])
+@pytest.mark.parametrize("weighting", ["cross_attention", "linear"])
+def test_checkpointing_gives_the_same_loss_gradients_and_random_state(epoch, weighting):
+    loss, grads, rng = _step(False, epoch, width_weighting=weighting)
+    loss_ckpt, grads_ckpt, rng_ckpt = _step(True, epoch, width_weighting=weighting)
+    assert torch.equal(loss, loss_ckpt)
+    assert grads.keys() == grads_ckpt.keys() and len(grads) > 50
+    for name in grads:
+        assert torch.equal(grads[name], grads_ckpt[name]), name
+    assert torch.equal(rng, rng_ckpt)  # the rest of the run draws the same numbers
+
+
+def _saved_bytes(checkpointing: bool) -> int:
+    """Bytes of the distinct storages autograd keeps for the backward pass of the model's forward."""
+    torch.manual_seed(0)
+    cfg = _config(checkpointing)
+    net = build_model(cfg, D_V, D_T, cfg.model.n_clips, cfg.model.n_frames).train()
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        net(make_batch(num_videos=5, per_video=2))
+    return sum(storages.values())
+
+
+def test_checkpointing_keeps_fewer_activations_and_only_in_training():
+    assert _saved_bytes(True) < 0.5 * _saved_bytes(False)
+    cfg = _config(True)
+    net = build_model(cfg, D_V, D_T, cfg.model.n_clips, cfg.model.n_frames).eval()
+    off = build_model(_config(False), D_V, D_T, cfg.model.n_clips, cfg.model.n_frames).eval()
+    off.load_state_dict(net.state_dict())
+    batch = make_batch()
+    with torch.no_grad():
+        assert torch.equal(net(batch).score, off(batch).score)
+
+
+def test_the_switch_is_a_validated_config_field_off_by_default():
+    assert preset("tvr").model.activation_checkpointing is False
+    with pytest.raises(ValueError, match="model.activation_checkpointing"):
+        preset("tvr").replace(model={"activation_checkpointing": 1})
+    cfg = _config(True)
+    assert type(cfg).from_dict(cfg.to_dict()) == cfg
+
+
+def test_allocator_threshold_is_checked():
+    for bad in (0, -1, 64 << 20, 1.5, True):
+        with pytest.raises(ValueError, match="threshold"):
+            keep_large_blocks_mapped(bad)
+
+
+def test_the_environment_setting_wins(monkeypatch):
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    assert keep_large_blocks_mapped() is False
+
+
+_FREE_AND_MEASURE = """
+import json, sys
+import torch
+from reference_models.engine.host_memory import keep_large_blocks_mapped
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+applied = keep_large_blocks_mapped() if sys.argv[1] == "on" else False
+for _ in range(2):  # what a training step does: free a large block, then many of a few MiB
+    big = torch.ones(8 << 20); del big
+    blocks = [torch.ones(1 << 20) for _ in range(64)]  # 64 x 4 MiB, written
+    keep = [torch.ones(16) for _ in range(64)]  # small survivors between them
+    before_free = rss(); del blocks
+print(json.dumps({"applied": applied, "released_mib": before_free - rss()}))
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_freed_blocks_leave_the_resident_set():
+    """After the setting, 256 MiB of freed 4 MiB tensors leave the resident set; without it (glibc's dynamic
+    threshold, raised by the freed 32 MiB block) they stay."""
+    def run(mode):
+        env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-c", _FREE_AND_MEASURE, mode], capture_output=True, text=True,
+                             env=env, check=True, cwd=ROOT)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    on, off = run("on"), run("off")
+    assert on["applied"] is True and off["applied"] is False
+    assert on["released_mib"] > 200
+    assert off["released_mib"] < 100
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
+def test_training_memory_benchmark_profiles_every_stage(tmp_path):
+    """``benchmarks/training_memory.py`` on a tiny set in the release-fidelity layout: every stage measured, and
+    the activations kept for the backward pass split by part."""
+    import dataclasses
+
+    from reference_models.holmes.data import generate_embedded_benchmark
+    from tests.reference.data_helpers import MICRO_SPEC
+
+    generate_embedded_benchmark(tmp_path / "data", "tvr", seed=0,
+                                spec=dataclasses.replace(MICRO_SPEC, visual_feature="synthetic"))
+    out = tmp_path / "profile.json"
+    args = f"--root {tmp_path / 'data'} --config embedded --videos-per-batch 4 --steps 2 --threads 1 --output {out}"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "training_memory.py"), *args.split()],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    profile = json.loads(out.read_text())
+    stages = [row["stage"] for row in profile["stages"]]
+    assert stages[-1] == "validation" and "step 1: backward" in stages
+    for row in profile["stages"]:
+        assert 0 < row["before_gib"] <= row["peak_gib"] and row["after_gib"] <= row["peak_gib"]
+    saved = profile["saved_gib"]
+    assert {"frame branch: width blocks", "clip branch: width blocks", "text encoder (both encodings)"} <= set(saved)
+    assert saved["frame branch: width blocks"] > saved["clip branch: width blocks"] > 0
