@@ -4,11 +4,12 @@ Layers: :mod:`evidential_prvr.functional` holds pure tensor functions, one per e
 it implements; this package exports the ``nn.Module`` wrappers (hyperparameters, presets, named
 outputs), the result dataclasses and the global validation switch; :mod:`evidential_prvr.presets`
 holds every paper and release constant; :mod:`evidential_prvr.metrics` the retrieval metrics,
-:mod:`evidential_prvr.probabilistic` the DAB and HUD modules and :mod:`evidential_prvr.distributed` the
-helpers of multi-process training.
+:mod:`evidential_prvr.probabilistic` the DAB and HUD modules, :mod:`evidential_prvr.distributed` the
+helpers of multi-process training and :mod:`evidential_prvr.search` retrieval over large galleries (streamed
+exact search, FAISS candidates).
 """
 
-from evidential_prvr import distributed, functional, metrics, presets, probabilistic, uncertainty
+from evidential_prvr import distributed, functional, metrics, presets, probabilistic, search, uncertainty
 from evidential_prvr._checks import default_validate_args, set_default_validate_args
 from evidential_prvr.functional._scores import max_similarity
 
@@ -88,5 +89,6 @@ __all__ = [
     "metrics",
     "presets",
     "probabilistic",
+    "search",
     "uncertainty",
 ]

@@ -19,8 +19,8 @@ Each module holds its hyperparameters and its ``forward`` is one call of the pur
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -35,6 +35,9 @@ from evidential_prvr.functional._query_types import (
 )
 from evidential_prvr.functional._selective import CONFIDENCES, EVIDENTIAL_CONFIDENCES, selective_confidence
 from evidential_prvr.presets import apply_overrides, holmes_settings
+
+if TYPE_CHECKING:
+    from evidential_prvr.search import SearchResult
 
 __all__ = [
     "GalleryUncertainty",
@@ -136,6 +139,75 @@ class GalleryUncertainty(nn.Module):
             frame_scores, clip_scores, k=self.k, ranking=ranking, query_scale=query_scale, target=target,
             tau=self.tau, tanh_scaling=self.tanh_scaling, query_chunk=self.query_chunk,
             validate_args=self.validate_args,
+        )
+
+    def search_opinion(self, result: SearchResult, *, query_scale: torch.Tensor | None = None) -> GalleryOpinion:
+        """Opinions over the top-k of a gallery search (:mod:`evidential_prvr.search`), never a ``[Q, V]`` matrix.
+
+        The same opinion as :meth:`forward` on the full score matrices, from the ranked candidates of
+        :func:`~evidential_prvr.search.gallery_search` (exact, streamed) or of
+        :meth:`~evidential_prvr.search.ClipIndex.search` (approximate candidates, exact scores): the top
+        ``k`` of the search are the opinion's candidates, the target's scores of a search run with
+        ``target=`` give Eq. 7 and the ``correct`` flags (the target ranks first, no other video as high).
+        A gallery without frames uses the clip scores for both branches.
+
+        Parameters
+        ----------
+        result : SearchResult
+            A search with ``k >= self.k`` (``self.k=None``: one that kept every video), and ``k >= 2`` when
+            it has targets (the runner-up decides ties for ``correct``).
+        query_scale : torch.Tensor, optional
+            ``[Q]`` per-query inverse temperature, as in :meth:`forward`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from evidential_prvr import GalleryUncertainty
+        >>> from evidential_prvr.search import gallery_search
+        >>> clips = torch.randn(30, 3, 8, generator=torch.Generator().manual_seed(0))
+        >>> queries, target = clips[[4, 9], 0], torch.tensor([4, 9])
+        >>> result = gallery_search(queries, clips, k=11, video_chunk=7, target=target)
+        >>> op = GalleryUncertainty(k=10).search_opinion(result)
+        >>> op.candidates[:, 0].tolist(), op.correct.tolist()
+        ([4, 9], [True, True])
+        """
+        from evidential_prvr.search import SearchResult
+
+        if not isinstance(result, SearchResult):
+            raise TypeError(f"result must be a SearchResult, got {type(result).__name__}")
+        if self.k is None and result.k < result.num_videos:
+            raise ValueError(f"k=None takes every video as a candidate: search with k >= {result.num_videos} "
+                             f"(the gallery), got k = {result.k}")
+        k = result.k if self.k is None else min(self.k, result.num_videos)
+        if result.k < k:
+            raise ValueError(f"search_opinion with k = {k} needs a search with k >= {k}, got k = {result.k}")
+        has_target = result.target is not None and result.target_scores is not None
+        if has_target and result.k < 2 and result.num_videos > 1:
+            raise ValueError("search_opinion with targets needs a search with k >= 2 (the runner-up decides "
+                             f"whether the target ranks first alone), got k = {result.k}")
+        indices = result.indices[:, :k]
+        if bool((indices < 0).any()):
+            short = torch.nonzero((indices < 0).any(dim=1)).flatten()[:5].tolist()
+            raise ValueError(f"queries {short} have fewer than k = {k} retrieved videos; search with more "
+                             "candidates (an IVF index: a larger nprobe)")
+        clip = result.clip_scores[:, :k]
+        frame = clip if result.frame_scores is None else result.frame_scores[:, :k]
+        op = gallery_opinion(frame, clip, k=None, ranking=result.scores[:, :k], query_scale=query_scale,
+                             tau=self.tau, tanh_scaling=self.tanh_scaling, query_chunk=self.query_chunk,
+                             validate_args=self.validate_args)
+        op = replace(op, candidates=indices.gather(1, op.candidates))
+        if not has_target:
+            return op
+        assert result.target_clip_scores is not None and result.target_scores is not None
+        frame_t = result.target_clip_scores if result.target_frame_scores is None else result.target_frame_scores
+        dtype = op.candidate_scores.dtype
+        labelled = [x.to(dtype).clamp_min(0.0) for x in (frame_t, result.target_clip_scores, result.target_scores)]
+        return replace(
+            op,
+            frame=replace(op.frame, label_consistency=labelled[0]),
+            clip=replace(op.clip, label_consistency=labelled[1]),
+            fused=replace(op.fused, label_consistency=labelled[2]),
+            correct=result.target_ranks() == 1,
         )
 
 

@@ -75,11 +75,11 @@ def _documented_names() -> set[str]:
 
 def test_every_public_name_has_an_api_entry():
     import evidential_prvr
-    from evidential_prvr import functional, metrics, presets, probabilistic, uncertainty
+    from evidential_prvr import functional, metrics, presets, probabilistic, search, uncertainty
 
     documented = _documented_names()
     missing = []
-    for module in (evidential_prvr, functional, metrics, presets, probabilistic, uncertainty):
+    for module in (evidential_prvr, functional, metrics, presets, probabilistic, search, uncertainty):
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type(evidential_prvr)):  # submodules have their own pages

@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 import evidential_prvr
-from evidential_prvr import functional, metrics, presets, probabilistic, uncertainty
+from evidential_prvr import functional, metrics, presets, probabilistic, search, uncertainty
 
 NAMESPACES = {
     "evidential_prvr": evidential_prvr,
@@ -20,6 +20,7 @@ NAMESPACES = {
     "evidential_prvr.probabilistic": probabilistic,
     "evidential_prvr.presets": presets,
     "evidential_prvr.uncertainty": uncertainty,
+    "evidential_prvr.search": search,
 }
 SOURCES = ("Holmes", "DAB", "HUD", "PyTorch", "set_default_validate_args")
 

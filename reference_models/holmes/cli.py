@@ -9,7 +9,8 @@
     A folder that already holds a run is refused unless ``--resume`` or ``--overwrite`` is given, and the
     folder is locked for the run's duration.
 ``evaluate``
-    Score a checkpoint (``best.pt`` or ``last.pt``) on a split.
+    Score a checkpoint (``best.pt`` or ``last.pt``) on a split; ``--index exact`` or ``--index faiss[:TYPE]``
+    keeps only each query's top-k (streamed, or FAISS candidates re-ranked exactly) for large galleries.
 ``validate``
     Check a data root; exit 0, or exit 2 with a one-line message naming the file and the problem.
 ``demo``
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=engine.positive_number, help="override the preset's learning rate")
     engine.add_output_arguments(train, Path("runs/holmes"))
     train.add_argument("--amp", action="store_true", help="mixed precision (torch.autocast)")
+    engine.add_distributed_arguments(train)
 
     evaluate = sub.add_parser("evaluate", help="score a checkpoint on a split")
     evaluate.add_argument("--checkpoint", type=Path, required=True, help="best.pt or last.pt of a run")
@@ -91,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_device_arguments(evaluate)
     evaluate.add_argument("--split", choices=("train", "val", "test"), default="test")
     evaluate.add_argument("--output", type=Path, help="write the metrics to this JSON file")
+    evaluate.add_argument("--index", type=_index_arg, metavar="{exact,faiss[:TYPE]}",
+                          help="large galleries: keep each query's top-k, exact and streamed ('exact') or from a "
+                               "FAISS index over the clips re-ranked exactly ('faiss', 'faiss:ivf', "
+                               "'faiss:hnsw:m=16', ...; needs the [faiss] extra); default: full score matrices")
+    evaluate.add_argument("--candidates", type=engine.int_at_least(1), metavar="K",
+                          help="with --index faiss: candidate videos re-ranked per query (default: the videos kept)")
 
     validate = sub.add_parser("validate", help="check a data root (exit 0, or 2 with a one-line message)")
     data_args(validate)
@@ -205,46 +213,71 @@ def _planted(root, collection) -> dict[str, str] | None:
 
 def _train(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args)
-    data = (args.data_root, args.collection, args.visual_feature)
-    splits, test_note = _load_splits(*data, cfg, ("train", "val", "test"))
-    _warn_shared_videos(splits, *data)
+    with engine.process_group_from_environment(args.device, args.dist_timeout) as run:  # under torchrun
+        data = (args.data_root, args.collection, args.visual_feature)
+        splits, test_note = _load_splits(*data, cfg, ("train", "val", "test"))
+        if run.is_writer:
+            _warn_shared_videos(splits, *data)
+        out = Path(args.output_dir)
+        lock = run.on_writer(lambda: _claim_output_folder(args))  # rank 0 alone claims the folder
+        try:
+            return _train_locked(args, cfg, splits, test_note, out, run)
+        finally:
+            if lock is not None:
+                lock.release()
+
+
+def _claim_output_folder(args: argparse.Namespace) -> engine.RunLock:
+    """Create and lock ``--output-dir``, refuse a run there unless ``--resume``/``--overwrite``, remove the
+    temporary files of an interrupted write; returns the held lock."""
     out = engine.prepare_output_folder(args.output_dir)
-    with engine.RunLock(out) as lock:
+    lock = engine.RunLock(out).acquire()
+    try:
         if lock.takeover:
             engine.print_line("note", lock.takeover)
-        return _train_locked(args, cfg, splits, test_note, out)
+        engine.claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
+        for path in engine.remove_orphan_temporaries(out):
+            engine.print_line("note", f"removed {path}, left by an interrupted checkpoint write")
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str, PRVRSplit], test_note: str | None,
-                  out: Path) -> int:
-    """The part of ``train`` that runs while this process holds the output folder's lock."""
+                  out: Path, run: engine.DistributedRun) -> int:
+    """The part of ``train`` that runs while rank 0 holds the output folder's lock (every rank trains; rank 0
+    alone writes the folder and evaluates the best weights on the test split)."""
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
     from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
     from reference_models.holmes.trainer import Trainer
 
-    engine.claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
-    for path in engine.remove_orphan_temporaries(out):
-        engine.print_line("note", f"removed {path}, left by an interrupted checkpoint write")
     # Fail in seconds, not at the first validation or the final test, on bad evaluation features.
     for name in dict.fromkeys(("val", "test")):
         splits[name].check_features()
-    trainer = Trainer(cfg, splits["train"], splits["val"], out, device=args.device, seed=args.seed, amp=args.amp,
-                      show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True)
+    device = str(run.device) if run.is_distributed else args.device
+    trainer = Trainer(cfg, splits["train"], splits["val"], out, device=device, seed=args.seed, amp=args.amp,
+                      show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True,
+                      **({"distributed": run} if run.is_distributed else {}))
     if args.resume:
         try:
             trainer.resume()  # refuses another config, seed or data before anything is written
         except engine.CheckpointError as exc:
             raise engine.UserError(f"cannot resume: {exc}; restore it, or start over with --overwrite") from None
-    elif args.overwrite:
+    elif args.overwrite and run.is_writer:
         for path in engine.clear_run(out):
             trainer.logger.info("--overwrite: removed %s", path)
-    engine.write_text(out / "config.json", cfg.to_json() + "\n")
+    if run.is_writer:
+        engine.write_text(out / "config.json", cfg.to_json() + "\n")
     result = trainer.fit()
+    run.close()  # rank 0 evaluates in one process; the others are done
+    if not run.is_writer:
+        return 0
     model = trainer.load_best()
     planted = _planted(args.data_root, args.collection)
-    uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=args.device,
+    uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=device,
                                             planted_types=planted, kl_margin=True)
-    test = evaluate_retrieval(model, splits["test"], cfg, device=args.device, planted_types=planted,
+    test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
                               identifier=trainer.objective.identifier(), uncertainty=uncertainty)
     results = {
         "config": cfg.to_dict(),
@@ -276,12 +309,33 @@ def _row_name(name: str, note: str | None, split: str | None = None) -> str:
 
 
 # --- evaluate -------------------------------------------------------------------------------------
+def _index_arg(text: str) -> str:
+    """``--index``: checked when parsed, so that a misspelling is a one-line usage error."""
+    from reference_models.holmes.evaluate import parse_index
+
+    try:
+        parse_index(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _require_faiss(index: str | None) -> None:
+    if index is not None and index.startswith("faiss"):
+        try:
+            import faiss  # noqa: F401
+        except ImportError:
+            raise engine.UserError(f"--index {index} needs FAISS: pip install \"evidential-prvr[faiss]\" "
+                                   "(faiss-cpu), or faiss-gpu for CUDA") from None
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.factory import build_model
     from reference_models.holmes.objective import HolmesObjective
     from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
 
+    _require_faiss(args.index)
     state = engine.load_checkpoint(args.checkpoint, map_location=args.device)
     engine.require_keys(state, args.checkpoint, ("config", "model", "visual_dim", "text_dim", "n_clips", "n_frames"))
     try:
@@ -300,8 +354,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     planted = _planted(args.data_root, args.collection)
     uncertainty = fit_retrieval_uncertainty(model, objective, splits["val"], cfg, device=args.device,
                                             planted_types=planted)
+    if args.candidates is not None and not (args.index or "").startswith("faiss"):
+        raise engine.UserError("--candidates applies to --index faiss[:TYPE] only")
     result = evaluate_retrieval(model, split, cfg, device=args.device, identifier=objective.identifier(),
-                                planted_types=planted, uncertainty=uncertainty)
+                                planted_types=planted, uncertainty=uncertainty, index=args.index,
+                                num_candidates=args.candidates)
     row = _row_name(cfg.name, note, split.split)
     print(_format_table({row: result.to_dict()}))
     print(format_uncertainty_tables({row: result.to_dict()}))

@@ -22,6 +22,16 @@ epistemic uncertainty u = K / S is on a different scale than during training; th
 **Efficiency** (Table 2): video-encoding time (all videos of the split), retrieval time (query encoding
 + scoring + ranking of all queries) and the number of parameters; training time per epoch comes from the
 trainer.
+
+**Large galleries** (``index=``). By default the ``[Q, V]`` score matrices are built (in blocks). With
+``index="exact"`` only each query's top-k is kept, streamed over blocks of queries × videos
+(:func:`reference_models.holmes.scoring.search_gallery`): R@K, per-type R@1 and the retrieval-time
+opinions are the default's, bit for bit. With ``index="faiss"`` or ``"faiss:TYPE"`` (``TYPE`` an
+:class:`evidential_prvr.search.IndexSpec` string: ``flat``, ``ivf``, ``hnsw``, with parameters) the
+candidates come from a FAISS index over the clips and are re-ranked exactly
+(:func:`reference_models.holmes.scoring.index_search`). The whole-gallery identification above needs every
+video's score, so with an index it is computed only when ``identify_chunk`` is given, on
+``identify_chunk × V`` blocks of rows (a second pass over the gallery).
 """
 
 from __future__ import annotations
@@ -36,10 +46,18 @@ from torch import nn
 
 from evidential_prvr import QueryType, UncertaintyGuidedIdentifier
 from evidential_prvr.functional import macro_f1
-from evidential_prvr.metrics import recall_at_k
+from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
+from evidential_prvr.search import ClipIndex, IndexSpec, SearchResult
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
-from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
+from reference_models.holmes.model import Similarities, VideoEmbeddings
+from reference_models.holmes.scoring import (
+    encode_all_queries,
+    encode_all_videos,
+    index_search,
+    score_matrix,
+    search_gallery,
+)
 
 __all__ = [
     "TYPE_CODES",
@@ -50,6 +68,7 @@ __all__ = [
     "identification_report",
     "identify_queries",
     "model_parameters",
+    "parse_index",
 ]
 
 #: Planted-type names in :class:`~evidential_prvr.QueryType` order.
@@ -80,6 +99,9 @@ class EvaluationResult:
     selective, gallery_identification : dict or None
         Selective-retrieval metrics per confidence and the identification with thresholds fitted on the
         validation split (see :mod:`reference_models.holmes.selective`), when an ``uncertainty`` is given.
+    search : dict or None
+        With an ``index``: ``index``, ``k`` (videos kept per query), ``num_candidates`` and
+        ``index_build_seconds``.
     """
 
     recall: dict[str, float]
@@ -88,6 +110,7 @@ class EvaluationResult:
     efficiency: dict[str, float] = field(default_factory=dict)
     selective: dict[str, Any] | None = None
     gallery_identification: dict[str, Any] | None = None
+    search: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary."""
@@ -101,12 +124,62 @@ def model_parameters(model: nn.Module) -> int:
 
 def per_type_recall_at_1(scores: torch.Tensor, gt: torch.Tensor, types: list[str | None]) -> dict[str, float]:
     """R@1 (percent) over the queries of each type in ``types`` (``None`` entries are skipped)."""
+    return _per_type_r1(ranks_of_ground_truth(scores, gt.to(scores.device)), types)
+
+
+def _per_type_r1(ranks: torch.Tensor, types: list[str | None]) -> dict[str, float]:
+    """R@1 per type from the ground truth's ranks (``-1``: beyond a search's list)."""
     result: dict[str, float] = {}
     for name in TYPE_NAMES.values():
-        rows = torch.tensor([t == name for t in types], dtype=torch.bool, device=scores.device)
+        rows = torch.tensor([t == name for t in types], dtype=torch.bool, device=ranks.device)
         if bool(rows.any()):
-            result[name] = recall_at_k(scores[rows], gt[rows.to(gt.device)], ks=(1,))["R@1"]
+            hits = (ranks[rows] == 1).sum().double()
+            result[name] = float(100.0 * hits / int(rows.sum()))
     return result
+
+
+def parse_index(text: str) -> tuple[str, IndexSpec | None]:
+    """``"exact"`` → ``("exact", None)``; ``"faiss"`` / ``"faiss:TYPE"`` → ``("faiss", IndexSpec)``.
+
+    ``TYPE`` is an :meth:`evidential_prvr.search.IndexSpec.parse` string (default ``flat``), e.g.
+    ``faiss:ivf:nlist=1024,nprobe=32``. Raises ``ValueError`` naming the accepted forms.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"index must be a str, got {type(text).__name__}")
+    backend, _, spec = text.partition(":")
+    if backend == "exact" and not spec:
+        return "exact", None
+    if backend != "faiss":
+        raise ValueError(f"index must be 'exact', 'faiss' or 'faiss:TYPE' (TYPE one of flat, ivf, hnsw, "
+                         f"optionally ':key=value,...'), got {text!r}")
+    return "faiss", IndexSpec.parse(spec or "flat")
+
+
+def _search(model: nn.Module, videos: VideoEmbeddings, queries: torch.Tensor, gt: torch.Tensor, index: str,
+            k: int, num_candidates: int | None, config: HolmesConfig) -> tuple[SearchResult, dict[str, Any]]:
+    """The top-``k`` of every query with the ``index`` backend, and its description for the result."""
+    backend, spec = parse_index(index)
+    info: dict[str, Any] = {"index": index, "k": k, "num_candidates": None, "index_build_seconds": 0.0}
+    if backend == "exact":
+        optim = config.optim
+        return search_gallery(model, videos, queries, k=k, target=gt, query_chunk=optim.score_chunk,  # type: ignore[arg-type]
+                              video_chunk=optim.eval_video_batch), info
+    start = time.perf_counter()
+    built = ClipIndex(videos.clip, spec)  # type: ignore[arg-type]
+    info["index_build_seconds"] = time.perf_counter() - start
+    info["num_candidates"] = max(k, num_candidates or k)
+    return index_search(model, videos, queries, built, k=k, num_candidates=info["num_candidates"], target=gt), info  # type: ignore[arg-type]
+
+
+def _identify_blocks(model: nn.Module, identifier: UncertaintyGuidedIdentifier, videos: VideoEmbeddings,
+                     queries: torch.Tensor, gt: torch.Tensor, chunk: int, config: HolmesConfig) -> torch.Tensor:
+    """:func:`identify_queries` on ``chunk × V`` blocks of rows scored one block at a time."""
+    parts = []
+    for start in range(0, queries.shape[0], chunk):
+        sims = score_matrix(model, videos, queries[start : start + chunk], query_chunk=config.optim.score_chunk,  # type: ignore[arg-type]
+                            video_chunk=config.optim.eval_video_batch)
+        parts.append(identify_queries(identifier, sims.frame, sims.clip, gt[start : start + chunk]))
+    return torch.cat(parts)
 
 
 @torch.no_grad()
@@ -165,6 +238,8 @@ def evaluate_retrieval(
     identify_chunk: int | None = None,
     ks: tuple[int, ...] = (1, 5, 10, 100),
     uncertainty: Any = None,
+    index: str | None = None,
+    num_candidates: int | None = None,
 ) -> EvaluationResult:
     """Encode ``split``, score it in blocks and compute the metrics described in the module docstring.
 
@@ -189,7 +264,14 @@ def evaluate_retrieval(
     uncertainty : RetrievalUncertainty, optional
         Fitted on the validation split (:func:`reference_models.holmes.selective.fit_retrieval_uncertainty`);
         adds ``selective`` and ``gallery_identification``.
+    index : str, optional
+        ``"exact"`` (streamed top-k) or ``"faiss[:TYPE]"`` (candidates from a FAISS index over the clips,
+        re-ranked exactly); default: the full score matrices. See the module docstring.
+    num_candidates : int, optional
+        With a FAISS index: candidate videos re-ranked per query (default: the videos kept, ``max(ks) + 1``).
     """
+    if index is not None:
+        parse_index(index)  # a bad spelling fails before any encoding
     device = torch.device(device)
     optim = config.optim
     start = time.perf_counter()
@@ -199,23 +281,39 @@ def evaluate_retrieval(
 
     start = time.perf_counter()
     queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
-    sims = score_matrix(model, videos, queries, query_chunk=optim.score_chunk, video_chunk=optim.eval_video_batch)
     gt = split.caption_video_index.to(device)
-    recall = recall_at_k(sims.score, gt, ks=ks)
+    ranked: Similarities | SearchResult
+    search_info = None
+    if index is None:
+        ranked = score_matrix(model, videos, queries, query_chunk=optim.score_chunk,  # type: ignore[arg-type]
+                              video_chunk=optim.eval_video_batch)
+        recall = recall_at_k(ranked.score, gt, ks=ks)
+    else:
+        opinion_k = getattr(getattr(uncertainty, "gallery", None), "k", 0)
+        k = split.num_videos if uncertainty is not None and opinion_k is None else max(max(ks) + 1, 2, opinion_k or 0)
+        ranked, search_info = _search(model, videos, queries, gt, index, k, num_candidates, config)
+        recall = ranked.recall_at_k(ks)
     _synchronize(device)
     retrieval_seconds = time.perf_counter() - start
 
     per_type = ident = None
     if planted_types is not None:
         types = [planted_types.get(cid) for cid in split.caption_ids]
-        per_type = per_type_recall_at_1(sims.score, gt, types)
-        if identifier is not None:
-            identified = identify_queries(identifier.to(device), sims.frame, sims.clip, gt, identify_chunk)
-            ident = identification_report(identified, types)
+        if isinstance(ranked, Similarities):
+            per_type = per_type_recall_at_1(ranked.score, gt, types)
+            if identifier is not None:
+                identified = identify_queries(identifier.to(device), ranked.frame, ranked.clip, gt, identify_chunk)
+                ident = identification_report(identified, types)
+        else:
+            per_type = _per_type_r1(ranked.target_ranks(), types)
+            if identifier is not None and identify_chunk is not None:
+                identified = _identify_blocks(model, identifier.to(device), videos, queries, gt, identify_chunk,
+                                              config)
+                ident = identification_report(identified, types)
     extra: dict[str, Any] = {}
     if uncertainty is not None:
         types = [planted_types.get(c) for c in split.caption_ids] if planted_types else [None] * split.num_captions
-        extra = uncertainty.evaluate(sims, queries, gt, types, videos)
+        extra = uncertainty.evaluate(ranked, queries, gt, types, videos)
     efficiency = {
         "video_encoding_seconds": video_seconds,
         "retrieval_seconds": retrieval_seconds,
@@ -223,7 +321,8 @@ def evaluate_retrieval(
         "num_queries": float(split.num_captions),
         "num_videos": float(split.num_videos),
     }
-    return EvaluationResult(recall=recall, per_type_r1=per_type, identification=ident, efficiency=efficiency, **extra)
+    return EvaluationResult(recall=recall, per_type_r1=per_type, identification=ident, efficiency=efficiency,
+                            search=search_info, **extra)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -2,7 +2,12 @@
 
 :func:`score_matrix` computes the Holmes Eq. 1-2 scores of every query against every video without ever
 holding more than a ``query_chunk × video_chunk × M`` block of the query × video × position tensor: for each
-block it does one matrix product and a (masked) max over positions.
+block it does one matrix product and a (masked) max over positions. It returns the ``[Q, V]`` matrices.
+
+For galleries where ``[Q, V]`` is too large, :func:`search_gallery` keeps only each query's top-k (the
+library's streamed :func:`evidential_prvr.search.gallery_search`, same blocks, the same scores bit for
+bit), and :func:`index_search` takes the candidates from a FAISS index over the clips
+(:class:`evidential_prvr.search.ClipIndex`) and re-ranks them exactly.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from evidential_prvr.search import ClipIndex, SearchResult, gallery_search
 from reference_models.holmes.model import HolmesModel, Similarities, VideoEmbeddings, max_over_positions
 
-__all__ = ["score_matrix", "encode_all_videos", "encode_all_queries"]
+__all__ = ["score_matrix", "search_gallery", "index_search", "encode_all_videos", "encode_all_queries"]
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -78,6 +84,54 @@ def score_matrix(
                 q_block, frames, block.frame_mask, fill=model.padded_frame_score
             )
     return Similarities(clip=clip_scores, frame=frame_scores, score=model.combine_scores(frame_scores, clip_scores))
+
+
+def _branch_arguments(model: HolmesModel, video_embeddings: VideoEmbeddings) -> dict[str, Any]:
+    """The gallery and Eq. 2 settings of ``model`` as keywords of the library's search functions."""
+    return dict(frames=video_embeddings.frame, frame_mask=video_embeddings.frame_mask,
+                clip_weight=model.config.clip_weight, frame_weight=model.config.frame_weight,
+                padded_frame_score=model.padded_frame_score)
+
+
+@torch.no_grad()
+def search_gallery(
+    model: HolmesModel,
+    video_embeddings: VideoEmbeddings,
+    queries: torch.Tensor,
+    *,
+    k: int,
+    target: torch.Tensor | None = None,
+    query_chunk: int = 512,
+    video_chunk: int = 256,
+) -> SearchResult:
+    """Each query's exact top-``k`` videos by the Holmes Eq. 1-2 score, streamed (no ``[Q, V]`` matrix).
+
+    The scores equal those of :func:`score_matrix` with the same block sizes; peak temporary memory is
+    about ``query_chunk * video_chunk * max(M_c, M_f)`` scores. ``target`` (the annotated video of each
+    query) adds its scores, for ranks, recall and the labelled opinions.
+    """
+    _positive_int(query_chunk, "query_chunk")
+    _positive_int(video_chunk, "video_chunk")
+    clips = video_embeddings.clip
+    return gallery_search(queries, clips, k=k, target=target, query_chunk=query_chunk, video_chunk=video_chunk,
+                          validate_args=False, **_branch_arguments(model, video_embeddings))
+
+
+@torch.no_grad()
+def index_search(
+    model: HolmesModel,
+    video_embeddings: VideoEmbeddings,
+    queries: torch.Tensor,
+    index: ClipIndex,
+    *,
+    k: int,
+    num_candidates: int | None = None,
+    target: torch.Tensor | None = None,
+) -> SearchResult:
+    """Top-``k`` videos per query from ``index``'s candidates (by best clip), re-ranked exactly by the Holmes
+    Eq. 1-2 score over the candidates' clips and frames."""
+    return index.search(queries, k, num_candidates=num_candidates, target=target,
+                        **_branch_arguments(model, video_embeddings))
 
 
 def _pad_positions(x: torch.Tensor, length: int, value: float | bool) -> torch.Tensor:

@@ -34,6 +34,7 @@ from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, Uncertai
 from evidential_prvr.functional import selective_confidence
 from evidential_prvr.uncertainty import CONFIDENCES, EVIDENTIAL_CONFIDENCES, GalleryOpinion, QueryTypeThresholds
 from evidential_prvr.metrics import augrc, aurc, e_aurc, selective_recall
+from evidential_prvr.search import SearchResult
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
 from reference_models.holmes.evaluate import TYPE_CODES, identification_report
@@ -143,7 +144,9 @@ class RetrievalUncertainty:
         if self.use_query_norm:
             if self.reference_norm is None:
                 raise RuntimeError("call fit() first: the query-norm reference comes from the validation split")
-            scale = queries.norm(dim=-1).to(sims.score.dtype) / self.reference_norm
+            scale = queries.norm(dim=-1).to(_ranking(sims).dtype) / self.reference_norm
+        if isinstance(sims, SearchResult):  # a top-k search (large galleries): its targets are gt already
+            return self.gallery.search_opinion(sims, query_scale=scale)
         target = gt.to(sims.score.device)
         return self.gallery(sims.frame, sims.clip, ranking=sims.score, query_scale=scale, target=target)
 
@@ -224,6 +227,10 @@ class RetrievalUncertainty:
             "chosen_confidence": self.chosen_confidence,
         }
         return {"selective": selective, "gallery_identification": ident}
+
+
+def _ranking(sims: Any) -> torch.Tensor:
+    return sims.scores if isinstance(sims, SearchResult) else sims.score
 
 
 def fit_retrieval_uncertainty(
