@@ -1,4 +1,4 @@
-"""The distributed contract (issue 16, section 1), in two CPU processes (gloo, ``torch.multiprocessing``).
+"""The distributed contract, in two CPU processes (gloo, ``torch.multiprocessing``).
 
 Each rank holds a slice of a global batch (its videos and their captions), gathers the video
 embeddings with :func:`evidential_prvr.distributed.gather_with_grad`, scores its queries against every

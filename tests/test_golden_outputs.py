@@ -1,7 +1,7 @@
 """Bit-for-bit regression of the Holmes losses across refactors.
 
 ``tests/data/holmes_golden.npz`` holds losses and gradients computed by the code before the
-one-schema-per-operation restructuring (issue 14), on fixed seeded inputs: every ``HolmesCriterion``
+one-schema-per-operation restructuring, on fixed seeded inputs: every ``HolmesCriterion``
 preset (release tvr/act/cha, paper tvr/act/cha) in both stages, the four part modules, and the
 identifier. The test recomputes them with today's code and requires exact equality.
 

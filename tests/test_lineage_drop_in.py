@@ -1,4 +1,4 @@
-"""The library side of issue 17: the Eq. 1 scoring helper, errors that tell the fix, a visible schedule
+"""The library side of the lineage drop-in: the Eq. 1 scoring helper, errors that tell the fix, a visible schedule
 and data sets of one's own."""
 
 from __future__ import annotations

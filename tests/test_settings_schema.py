@@ -1,4 +1,4 @@
-"""One schema per operation (issue 14, items 1-2): each operation's frozen settings dataclass holds its
+"""One schema per operation: each operation's frozen settings dataclass holds its
 hyperparameters, defaults and checks; modules hold one such object; the criterion composes its parts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bit-for-bit regression of the move of the Holmes trainer onto the shared engine (issue 14).
+"""Bit-for-bit regression of the move of the Holmes trainer onto the shared engine.
 
 The expected values below were produced by the trainer *before* the move (the ``reference_models.holmes``
 of commit e4b604a, with its own loop) with :func:`fingerprint_of_run`, on this project's machine (x86-64 CPU,
