@@ -20,8 +20,9 @@ from evidential_prvr._numerics import normalize_rows
 
 __all__ = ["INDEX_TYPES", "IndexSpec", "ClipIndex"]
 
-INDEX_TYPES = ("flat", "ivf", "hnsw")
-"""FAISS index kinds: ``"flat"`` (exact inner product), ``"ivf"`` (inverted lists), ``"hnsw"`` (graph)."""
+INDEX_TYPES = ("flat", "ivf", "ivfpq", "hnsw")
+"""FAISS index kinds: ``"flat"`` (exact inner product), ``"ivf"`` (inverted lists), ``"ivfpq"`` (inverted
+lists of 4-bit product-quantised codes), ``"hnsw"`` (graph)."""
 
 _INSTALL = 'pip install "evidential-prvr[faiss]" (faiss-cpu), or faiss-gpu for CUDA'
 _ADD_BLOCK = 1 << 16  # clips normalised and added at a time (bounds the temporary copy)
@@ -42,13 +43,19 @@ class IndexSpec:
 
     Attributes
     ----------
-    kind : {"flat", "ivf", "hnsw"}
-        Exact inner product; inverted lists over k-means cells (``IndexIVFFlat``); a navigable
-        small-world graph (``IndexHNSWFlat``). Vectors are stored uncompressed in all three.
+    kind : {"flat", "ivf", "ivfpq", "hnsw"}
+        Exact inner product; inverted lists over k-means cells (``IndexIVFFlat``); the same cells holding
+        product-quantised codes of 4 bits per sub-vector, scanned with FAISS's SIMD "fast scan"
+        (``IndexIVFPQFastScan``: ``d / 8`` bytes per clip at the default ``pq_m``); a navigable small-world
+        graph (``IndexHNSWFlat``). ``flat``, ``ivf`` and ``hnsw`` store the vectors uncompressed. The
+        approximate kinds only choose the candidates: :meth:`ClipIndex.search` scores them exactly.
     nlist : int or None
         IVF cells (default :math:`\\lceil\\sqrt{N}\\rceil` for ``N`` clips).
     nprobe : int
         IVF cells visited per query.
+    pq_m : int or None
+        ``ivfpq`` sub-quantisers, a divisor of ``d`` (default the largest divisor up to ``d / 4``: one 4-bit
+        code per 4 dimensions when 4 divides ``d``).
     m : int
         HNSW neighbours per node.
     ef_search, ef_construction : int
@@ -60,7 +67,7 @@ class IndexSpec:
     --------
     >>> from evidential_prvr.search import IndexSpec
     >>> IndexSpec.parse("ivf:nlist=256,nprobe=8")
-    IndexSpec(kind='ivf', nlist=256, nprobe=8, m=32, ef_search=64, ef_construction=40, train_size=None)
+    IndexSpec(kind='ivf', nlist=256, nprobe=8, pq_m=None, m=32, ef_search=64, ef_construction=40, train_size=None)
     >>> IndexSpec.parse("hnsw").kind
     'hnsw'
 
@@ -74,6 +81,7 @@ class IndexSpec:
     kind: str = "flat"
     nlist: int | None = None
     nprobe: int = 16
+    pq_m: int | None = None
     m: int = 32
     ef_search: int = 64
     ef_construction: int = 40
@@ -143,7 +151,7 @@ class ClipIndex:
     Notes
     -----
     With queries on a CUDA device and a FAISS build with GPU support (``faiss-gpu``), the flat and IVF
-    indexes are copied to that GPU on first use; HNSW always searches on the host. Without FAISS the
+    indexes are copied to that GPU on first use; IVF-PQ fast scan and HNSW always search on the host. Without FAISS the
     constructor raises ``ImportError`` naming the extra to install.
 
     Examples
@@ -201,7 +209,14 @@ class ClipIndex:
         else:
             nlist = min(spec.nlist or math.ceil(math.sqrt(self.num_clips)), self.num_clips)
             self.quantizer = faiss.IndexFlatIP(dim)
-            index = faiss.IndexIVFFlat(self.quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            if spec.kind == "ivf":
+                index = faiss.IndexIVFFlat(self.quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            else:
+                # default: the largest divisor of d up to d / 4
+                pq_m = spec.pq_m or max(m for m in range(1, max(1, dim // 4) + 1) if dim % m == 0)
+                if dim % pq_m:
+                    raise ValueError(f"pq_m must divide the embedding dimension {dim}, got {pq_m}")
+                index = faiss.IndexIVFPQFastScan(self.quantizer, dim, nlist, pq_m, 4, faiss.METRIC_INNER_PRODUCT)
             size = min(self.num_clips, spec.train_size or 50 * nlist)
             sample = torch.randperm(self.num_clips, generator=torch.Generator().manual_seed(seed))[:size]
             index.train(_normalised_numpy(flat[sample.to(flat.device)]))
@@ -213,7 +228,7 @@ class ClipIndex:
     def _index_for(self, device: torch.device) -> Any:
         """The index to search for queries on ``device``: a GPU copy where FAISS supports it, else the host one."""
         faiss = self.faiss
-        gpu = (device.type == "cuda" and self.spec.kind != "hnsw" and hasattr(faiss, "StandardGpuResources")
+        gpu = (device.type == "cuda" and self.spec.kind in ("flat", "ivf") and hasattr(faiss, "StandardGpuResources")
                and faiss.get_num_gpus() > 0)
         if not gpu:
             return self.index
@@ -237,7 +252,7 @@ class ClipIndex:
 
         The nearest ``n`` clips are searched and reduced to their videos. A flat index searches
         ``n = K' · M_c`` clips once (they always hold ``K'`` distinct videos), so its candidates are exactly
-        the ``K'`` videos of highest clip score. IVF and HNSW start from ``n = K' · max(2, M_c / 4)`` and
+        the ``K'`` videos of highest clip score. IVF and HNSW start from ``n = K' · max(2, M_c / 8)`` and
         search rows with fewer than ``K'`` distinct videos again with ``4 n`` clips until the index has no
         more to return (IVF: the probed cells are exhausted; a GPU index: 2048 neighbours); the remaining
         slots are ``-1``.
@@ -263,7 +278,7 @@ class ClipIndex:
             n = min(largest, want * self.clips_per_video)
         else:
             # graph and cell searches cost more with n: start with a few clips per wanted video, grow if short
-            n = min(largest, want * max(2, self.clips_per_video // 4))
+            n = min(largest, want * max(2, self.clips_per_video // 8))
         while pending.numel():
             _, ids = index.search(vectors[pending.numpy()], n)
             ids_t = torch.from_numpy(ids)

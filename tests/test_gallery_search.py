@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidential_prvr import GalleryUncertainty
+from evidential_prvr import search as search_module
 from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
 from evidential_prvr.search import ClipIndex, IndexSpec, SearchResult, gallery_search, rerank_candidates
 
@@ -53,6 +54,22 @@ def test_streamed_search_equals_brute_force_for_any_blocks(query_chunk, video_ch
     torch.testing.assert_close(res.target_scores, score.gather(1, target[:, None])[:, 0], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(res.target_frame_scores, frame.gather(1, target[:, None])[:, 0])
     assert res.num_videos == 23 and res.k == 8 and res.num_queries == 9
+
+
+@pytest.mark.parametrize("sub_block", [1, 7, 40])
+def test_products_taken_a_few_videos_at_a_time_equal_brute_force(monkeypatch, sub_block):
+    """The products of a block are taken in sub-blocks of videos (a handful of scores here, to cut blocks
+    at every video, across a video's tokens and mid-block): the same top-k, masks included."""
+    monkeypatch.setattr(search_module, "_SUB_BLOCK_SCORES", sub_block)
+    q, c, f, mask, target = _gallery()
+    clip, frame, score = _brute(q, c, f, mask)
+    res = gallery_search(q, c, f, mask, k=8, clip_weight=0.7, frame_weight=0.3, target=target, query_chunk=4,
+                         video_chunk=9)
+    top = score.topk(8, dim=1)
+    assert torch.equal(res.indices, top.indices)
+    torch.testing.assert_close(res.scores, top.values, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res.frame_scores, frame.gather(1, top.indices), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(res.target_scores, score.gather(1, target[:, None])[:, 0], rtol=1e-12, atol=1e-12)
 
 
 def test_chunk_sizes_give_the_same_ranking_to_float32_rounding():
@@ -156,6 +173,23 @@ def test_ivf_and_hnsw_searched_exhaustively_equal_exact(spec):
     assert approx.recall_at_k((1, 5)) == exact.recall_at_k((1, 5))
 
 
+def test_ivfpq_keeps_compressed_codes_and_reranks_exactly():
+    """Product-quantised codes only choose candidates: with every cell probed and every video a candidate, the
+    ranking and scores are the exact ones; with fewer candidates, the returned scores are still exact."""
+    q, c, _, _, target = _gallery(dtype=torch.float32, videos=60, clips=4, dim=8, queries=12, seed=5)
+    index = ClipIndex(c, "ivfpq:nlist=4,nprobe=4,pq_m=4")
+    assert index.index.code_size == 2  # 4 sub-quantisers of 4 bits: 2 bytes per clip instead of 32
+    exact = gallery_search(q, c, k=6, target=target)
+    every = index.search(q, k=6, num_candidates=60, target=target)
+    assert torch.equal(every.indices, exact.indices)
+    torch.testing.assert_close(every.scores, exact.scores)
+    few = index.search(q, k=3, num_candidates=5)
+    clip, _, _ = _brute(q, c)
+    torch.testing.assert_close(few.scores, clip.gather(1, few.indices))
+    with pytest.raises(ValueError, match="pq_m must divide the embedding dimension 8, got 3"):
+        ClipIndex(c, "ivfpq:nlist=4,pq_m=3")
+
+
 def test_ivf_with_few_probes_pads_missing_candidates():
     q, c, _, _, _ = _gallery(dtype=torch.float32, videos=200, clips=2, dim=8, queries=5, seed=4)
     index = ClipIndex(c, "ivf:nlist=50,nprobe=1,train_size=400")
@@ -173,7 +207,7 @@ def test_ivf_with_few_probes_pads_missing_candidates():
 def test_index_spec_parsing_and_errors():
     assert IndexSpec.parse("flat") == IndexSpec()
     assert IndexSpec.parse("hnsw:m=16,ef_search=128") == IndexSpec(kind="hnsw", m=16, ef_search=128)
-    with pytest.raises(ValueError, match="index type must be one of 'flat', 'ivf', 'hnsw'"):
+    with pytest.raises(ValueError, match="index type must be one of 'flat', 'ivf', 'ivfpq', 'hnsw'"):
         IndexSpec.parse("pq")
     with pytest.raises(ValueError, match="key=value"):
         IndexSpec.parse("ivf:probes=3")
