@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--index", type=_index_arg, metavar="{exact,faiss[:TYPE]}",
                           help="large galleries: keep each query's top-k, exact and streamed ('exact') or from a "
                                "FAISS index over the clips re-ranked exactly ('faiss', 'faiss:ivf', "
-                               "'faiss:hnsw:m=16', ...; needs the [faiss] extra); default: full score matrices")
+                               "'faiss:ivfpq:nprobe=16', 'faiss:hnsw:m=16', ...; needs the [faiss] extra); default: full score matrices")
     evaluate.add_argument("--candidates", type=engine.int_at_least(1), metavar="K",
                           help="with --index faiss: candidate videos re-ranked per query (default: the videos kept)")
 

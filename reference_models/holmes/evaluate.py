@@ -27,7 +27,7 @@ trainer.
 ``index="exact"`` only each query's top-k is kept, streamed over blocks of queries × videos
 (:func:`reference_models.holmes.scoring.search_gallery`): R@K, per-type R@1 and the retrieval-time
 opinions are the default's, bit for bit. With ``index="faiss"`` or ``"faiss:TYPE"`` (``TYPE`` an
-:class:`evidential_prvr.search.IndexSpec` string: ``flat``, ``ivf``, ``hnsw``, with parameters) the
+:class:`evidential_prvr.search.IndexSpec` string: ``flat``, ``ivf``, ``ivfpq``, ``hnsw``, with parameters) the
 candidates come from a FAISS index over the clips and are re-ranked exactly
 (:func:`reference_models.holmes.scoring.index_search`). The whole-gallery identification above needs every
 video's score, so with an index it is computed only when ``identify_chunk`` is given, on
@@ -47,7 +47,7 @@ from torch import nn
 from evidential_prvr import QueryType, UncertaintyGuidedIdentifier
 from evidential_prvr.functional import macro_f1
 from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
-from evidential_prvr.search import ClipIndex, IndexSpec, SearchResult
+from evidential_prvr.search import INDEX_TYPES, ClipIndex, IndexSpec, SearchResult
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
 from reference_models.holmes.model import Similarities, VideoEmbeddings
@@ -150,7 +150,7 @@ def parse_index(text: str) -> tuple[str, IndexSpec | None]:
     if backend == "exact" and not spec:
         return "exact", None
     if backend != "faiss":
-        raise ValueError(f"index must be 'exact', 'faiss' or 'faiss:TYPE' (TYPE one of flat, ivf, hnsw, "
+        raise ValueError(f"index must be 'exact', 'faiss' or 'faiss:TYPE' (TYPE one of {', '.join(INDEX_TYPES)}, "
                          f"optionally ':key=value,...'), got {text!r}")
     return "faiss", IndexSpec.parse(spec or "flat")
 

@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 import torch
 
+from evidential_prvr.search import IndexSpec
+
 from reference_models.holmes.config import preset
 from reference_models.holmes.data import generate_embedded_benchmark, load_split, read_planted_types
 from reference_models.holmes.evaluate import evaluate_retrieval, parse_index
@@ -87,6 +89,7 @@ def test_parse_index():
     assert parse_index("exact") == ("exact", None)
     assert parse_index("faiss")[1].kind == "flat"
     assert parse_index("faiss:ivf:nprobe=4")[1].nprobe == 4
+    assert parse_index("faiss:ivfpq:nprobe=4,pq_m=8")[1] == IndexSpec(kind="ivfpq", nprobe=4, pq_m=8)
     with pytest.raises(ValueError, match="'exact', 'faiss' or 'faiss:TYPE'"):
         parse_index("annoy")
     with pytest.raises(ValueError, match="index type must be one of"):
