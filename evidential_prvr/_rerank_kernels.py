@@ -1,4 +1,5 @@
-"""Max-similarity of (query, candidate video) pairs, the inner step of :func:`evidential_prvr.search.rerank_candidates`.
+"""Max-similarity (Holmes Eq. 1) of (query, candidate video) pairs, the inner step of
+:func:`evidential_prvr.search.rerank_candidates`.
 
 Two ways to score ``P`` pairs against a gallery of ``V`` videos of ``M`` tokens each:
 
@@ -10,7 +11,8 @@ Two ways to score ``P`` pairs against a gallery of ``V`` videos of ``M`` tokens 
   place (a batched matrix-matrix product). It reads each video at most once, ``V · M · d`` numbers, however
   many queries share it.
 
-:func:`pair_max` picks the sweep when the pairs would make the gather move more than the gallery.
+:func:`pair_max` picks the sweep when the pairs would make the gather move more than the gallery, or hold
+more than the caller's memory budget.
 """
 
 from __future__ import annotations
@@ -85,10 +87,11 @@ def swept_max(
     edges = torch.arange(0, num_blocks + 1, device=device) * video_chunk
     widths = torch.zeros(num_blocks, dtype=torch.long, device=device).scatter_reduce(
         0, torch.div(video, video_chunk, rounding_mode="floor"), column + 1, reduce="amax")
-    # the blocks' pair and lane ranges and product widths: one host synchronisation per call
-    pair_edges = torch.searchsorted(video, edges).tolist()
-    lane_edges = torch.cat([lane_end.new_zeros(1), lane_end])[edges.clamp_max(videos)].tolist()
-    widths_list = widths.tolist()
+    # the blocks' pair and lane ranges and product widths, moved to the host together: one synchronisation
+    lane_bounds = torch.cat([lane_end.new_zeros(1), lane_end])[edges.clamp_max(videos)]
+    bounds = torch.cat([torch.searchsorted(video, edges), lane_bounds, widths]).tolist()
+    pair_edges, lane_edges = bounds[: num_blocks + 1], bounds[num_blocks + 1 : 2 * num_blocks + 2]
+    widths_list = bounds[2 * num_blocks + 2 :]
     padded = torch.cat([queries.to(dtype), queries.new_zeros(1, dim, dtype=dtype)])  # row `rows`: padding
     result = torch.empty(video.shape[0], dtype=dtype, device=device)
     for block in range(num_blocks):
@@ -119,9 +122,13 @@ def swept_max(
 def pair_max(
     queries: torch.Tensor, tokens: torch.Tensor, norms: torch.Tensor | None, candidates: torch.Tensor,
     mask: torch.Tensor | None, fill: float | None, dtype: torch.dtype, buffer: list[torch.Tensor],
+    memory_budget: int,
 ) -> torch.Tensor:
     """:func:`swept_max` when the pairs outnumber half the gallery's videos (the gather would then move more
-    than one sweep reads), else :func:`gathered_max`."""
-    if 2 * candidates.numel() >= tokens.shape[0]:
+    than one sweep reads) or their gathered tokens would exceed ``memory_budget`` bytes (the sweep holds one
+    block of videos), else :func:`gathered_max`."""
+    videos, positions, dim = tokens.shape
+    gathered_bytes = candidates.numel() * positions * dim * tokens.element_size()
+    if 2 * candidates.numel() >= videos or gathered_bytes > memory_budget:
         return swept_max(queries, tokens, norms, candidates, mask, fill, dtype)
     return gathered_max(queries, tokens, norms, candidates, mask, fill, dtype, buffer)

@@ -463,8 +463,9 @@ def rerank_candidates(
         default computed here.
     memory_budget : int
         Bytes per step, which sets how many queries are re-ranked at a time. Few pairs (fewer than half the
-        gallery's videos) gather their tokens, and the budget bounds the gathered copy; more are scored by one
-        sweep over the gallery in blocks of videos, and the budget bounds the pairs' indices and scores.
+        gallery's videos, their tokens within the budget) gather their tokens, and the budget bounds the
+        gathered copy; more are scored by one sweep over the gallery in blocks of videos, and the budget
+        bounds the pairs' indices and scores.
     validate_args : bool, optional
         Check finiteness and the candidate range (host synchronisations).
 
@@ -530,10 +531,10 @@ def rerank_candidates(
     buffers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
     def score(cand: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        clip = pair_max(q, clips, clip_norms, cand, None, None, dtype, buffers[0])
+        clip = pair_max(q, clips, clip_norms, cand, None, None, dtype, buffers[0], memory_budget)
         frame = None
         if frames is not None:
-            frame = pair_max(q, frames, frame_norms, cand, mask, padded_frame_score, dtype, buffers[1])
+            frame = pair_max(q, frames, frame_norms, cand, mask, padded_frame_score, dtype, buffers[1], memory_budget)
         return _combine(clip, frame, clip_weight, frame_weight), clip, frame
 
     kept = count if k is None else min(k, count)

@@ -59,9 +59,11 @@ def test_pair_max_chooses_by_the_number_of_pairs(monkeypatch):
     for name in ("swept_max", "gathered_max"):
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
-    kernels.pair_max(q, t, None, cand, None, None, torch.float64, [])  # 12 pairs < 20: gather
-    kernels.pair_max(q, t, None, torch.cat([cand, cand], 1), None, None, torch.float64, [])  # 24 >= 20: sweep
-    assert calls == ["gathered_max", "swept_max"]
+    kernels.pair_max(q, t, None, cand, None, None, torch.float64, [], 2**20)  # 12 pairs < 20: gather
+    kernels.pair_max(q, t, None, torch.cat([cand, cand], 1), None, None, torch.float64, [], 2**20)  # 24 >= 20
+    # 12 pairs, but their 12 x 3 x 5 float64 tokens (1440 bytes) exceed a 1 KiB budget: sweep
+    kernels.pair_max(q, t, None, cand, None, None, torch.float64, [], 2**10)
+    assert calls == ["gathered_max", "swept_max", "swept_max"]
 
 
 @pytest.mark.parametrize("budget", [1, 2**10, 2**26])
