@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import evidential_prvr as ep
 from evidential_prvr.distributed import gather_sizes, gather_with_grad, is_distributed, rank_offset
+from tests.process_helpers import free_port, run_processes
 
 WORLD = 2
 TIMEOUT_S = 120
@@ -165,26 +163,10 @@ def _worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_ranks() -> list[dict]:
     """Every case run once in one 2-process gloo group; each rank's results, loaded in this process."""
     with tempfile.TemporaryDirectory() as out:
-        context = mp.start_processes(_worker, args=(_free_port(), out), nprocs=WORLD, join=False,
-                                     start_method="spawn")
-        deadline = time.monotonic() + TIMEOUT_S
-        try:
-            while not context.join(timeout=1.0):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"the {WORLD}-process group did not finish within {TIMEOUT_S} s")
-        finally:
-            for process in context.processes:
-                if process.is_alive():
-                    process.terminate()
+        run_processes(_worker, (free_port(), out), nprocs=WORLD, limit_s=TIMEOUT_S)
         return [torch.load(Path(out) / f"rank{rank}.pt", weights_only=True) for rank in range(WORLD)]
 
 

@@ -1,9 +1,14 @@
-"""Bit-for-bit regression of the Holmes losses across refactors.
+"""Regression of the Holmes losses across refactors, on any processor.
 
 ``tests/data/holmes_golden.npz`` holds losses and gradients computed by the code before the
 one-schema-per-operation restructuring, on fixed seeded inputs: every ``HolmesCriterion``
 preset (release tvr/act/cha, paper tvr/act/cha) in both stages, the four part modules, and the
-identifier. The test recomputes them with today's code and requires exact equality.
+identifier. The test recomputes them with today's code: discrete outputs (query types, assignments) must be
+equal, float32 ones within :data:`ULPS` units in the last place of each array's largest magnitude. The file
+was written on one x86-64 processor; other processors' kernels (or ``MKL_CBWR=COMPATIBLE``,
+``ATEN_CPU_CAPABILITY=default``) round differently, by at most 13 such units on these inputs (measured
+under both settings), while scaling one input by ``1 + 1e-5`` (the transport scores) already moves 14
+values by 72 to 84 units, and ``1 + 1e-4`` (the frame scores) 62 values by a median 300.
 
 Regenerate (only when a number is *meant* to change) from the repository root with
 ``python tests/test_golden_outputs.py --write tests/data/holmes_golden.npz``.
@@ -111,12 +116,32 @@ def compute_golden() -> dict[str, np.ndarray]:
     return out
 
 
-def test_outputs_match_the_pre_refactor_code_bit_for_bit():
+#: Tolerance of a float result, in units of ``eps(dtype) * max |expected|`` of its array.
+ULPS = 64
+
+
+def golden_differences(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> dict[str, float]:
+    """The recorded values that ``actual`` does not reproduce: key -> error in units of
+    ``eps * max|expected|`` (``inf`` for a discrete value that differs)."""
+    differing = {}
+    for key, want in expected.items():
+        got = actual[key]
+        if want.dtype.kind != "f":
+            if not np.array_equal(got, want):
+                differing[key] = float("inf")
+            continue
+        scale = np.finfo(want.dtype).eps * max(float(np.abs(want).max(initial=0.0)), np.finfo(want.dtype).tiny)
+        error = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max(initial=0.0)) / scale
+        if got.dtype != want.dtype or got.shape != want.shape or not error <= ULPS:
+            differing[key] = error
+    return differing
+
+
+def test_outputs_match_the_pre_refactor_code():
     expected = dict(np.load(GOLDEN))
     actual = compute_golden()
     assert sorted(actual) == sorted(expected)
-    differing = [k for k in expected if not torch.equal(torch.from_numpy(actual[k]), torch.from_numpy(expected[k]))]
-    assert differing == []
+    assert golden_differences(actual, expected) == {}
 
 
 if __name__ == "__main__":

@@ -16,17 +16,28 @@ validates, and sends the selection metric to the others (:meth:`DistributedRun.b
 every rank takes the same early-stopping decision. What rank 0 alone may refuse (a folder in use, a run
 there already) every rank learns through :meth:`DistributedRun.on_writer`: rank 0 reports the problem in
 one line, the others stop quietly (:class:`PeerStoppedError`).
+
+The end of a run is bounded too (:meth:`~reference_models.engine.DistributedRun.close`): the ranks first meet at a barrier that waits
+at most ``timeout`` seconds (on gloo a ``monitored_barrier``, whose error names the ranks that did not
+arrive), then the process group is destroyed under a watchdog. gloo's teardown can block in native code
+when a peer's connection is half closed; a rank whose teardown has not returned after
+``TEARDOWN_GRACE_S`` seconds leaves it behind with one warning line (and ``exit_process`` ends the
+process without waiting for it), and a teardown that never gives Python control back ends the process with
+status 1 after a further ``TEARDOWN_GRACE_S`` seconds instead of leaving it waiting forever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import faulthandler
 import logging
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -38,6 +49,8 @@ __all__ = [
     "PeerStoppedError",
     "ProcessGroupError",
     "DEFAULT_TIMEOUT_S",
+    "TEARDOWN_GRACE_S",
+    "exit_process",
     "launched_ranks",
     "process_group_from_environment",
     "shard_bounds",
@@ -46,6 +59,12 @@ __all__ = [
 
 #: Seconds a collective (and the start of the process group) waits for the other ranks before it fails.
 DEFAULT_TIMEOUT_S = 1800.0
+
+#: Seconds the destruction of the process group may take (after every rank has met) before it is left behind.
+TEARDOWN_GRACE_S = 30.0
+
+#: Teardowns that did not return within the grace time (daemon threads, possibly blocked in native code).
+_ABANDONED_TEARDOWNS: list[threading.Thread] = []
 
 T = TypeVar("T")
 
@@ -73,12 +92,15 @@ class DistributedRun:
         As ``torchrun`` sets them (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``).
     device : torch.device
         Where this rank trains (``cuda:LOCAL_RANK`` under ``torchrun`` on CUDA).
+    timeout_s : float
+        How long a collective, and the meeting of the ranks in :meth:`close`, waits for the others.
     """
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     @property
     def is_distributed(self) -> bool:
@@ -92,9 +114,39 @@ class DistributedRun:
 
     def close(self) -> None:
         """End this rank's part in the process group (idempotent; e.g. once training is over, so that rank 0
-        evaluates as a single process and the other ranks may exit). Nothing with one process."""
-        if self.is_distributed and dist.is_initialized():
-            dist.destroy_process_group()
+        evaluates as a single process and the other ranks may exit). Nothing with one process.
+
+        Every rank first waits for the others, at most :attr:`timeout_s` seconds; then the group is destroyed
+        under the watchdog described in the module's introduction.
+
+        Raises
+        ------
+        ProcessGroupError
+            When a rank did not arrive within :attr:`timeout_s` (it died, or it left the run early); the
+            group is destroyed all the same.
+        """
+        self._teardown(meet=True)
+
+    def _teardown(self, meet: bool) -> None:
+        """:meth:`close`; ``meet=False`` (an error is on its way, and a peer may be inside another collective,
+        which a barrier must not be mixed with) destroys the group at once."""
+        if not (self.is_distributed and dist.is_initialized()):
+            return
+        try:
+            if meet:
+                self._meet_every_rank()
+        except (dist.DistError, RuntimeError) as exc:
+            raise ProcessGroupError(f"rank {self.rank}: the ranks did not all reach the end of the run within "
+                                    f"{self.timeout_s:g} s ({_first_line(exc)})") from None
+        finally:
+            _destroy_process_group_bounded(self.rank, TEARDOWN_GRACE_S)  # read at call time: tests shorten it
+
+    def _meet_every_rank(self) -> None:
+        timeout = datetime.timedelta(seconds=float(self.timeout_s))
+        if dist.get_backend() == "gloo":  # rank 0 names the ranks that do not arrive
+            dist.monitored_barrier(timeout=timeout, wait_all_ranks=True)
+        else:
+            dist.barrier()
 
     def barrier(self) -> None:
         """Wait for every rank (nothing with one process)."""
@@ -216,16 +268,66 @@ def process_group_from_environment(device: str | torch.device,
     except (dist.DistError, RuntimeError, ValueError) as exc:
         raise ProcessGroupError(f"rank {rank}: cannot start the {backend} process group of {world} processes "
                                 f"({_first_line(exc)})") from None
-    run = DistributedRun(rank, world, local, run_device)
+    run = DistributedRun(rank, world, local, run_device, float(timeout_s))
     try:
         yield run
     except RuntimeError as exc:
+        run._teardown(meet=False)
         if not _from_communication(exc):
             raise
         raise ProcessGroupError(f"rank {rank}: another process of the run failed or did not answer within "
                                 f"{timeout_s:g} s ({_first_line(exc)})") from None
+    except BaseException:
+        run._teardown(meet=False)
+        raise
+    run.close()
+
+
+def _destroy_process_group_bounded(rank: int, grace_s: float) -> None:
+    """``dist.destroy_process_group()`` that returns within about ``grace_s`` seconds whatever gloo does.
+
+    The destruction runs in a daemon thread. If it has not returned after ``grace_s`` seconds, this rank goes
+    on without it (one warning line; ``exit_process`` later ends the process without waiting for it). If
+    the thread keeps Python's lock, nothing in Python can run again: ``faulthandler`` (a native watchdog)
+    then prints where each thread was and ends the process with status 1 after another ``grace_s`` seconds.
+    """
+    thread = threading.Thread(target=dist.destroy_process_group, name=f"rank{rank}-teardown", daemon=True)
+    stream = _native_stream()
+    if stream is not None:
+        faulthandler.dump_traceback_later(2 * grace_s, exit=True, file=stream)
+    try:
+        thread.start()
+        thread.join(grace_s)
     finally:
-        run.close()
+        if stream is not None:
+            faulthandler.cancel_dump_traceback_later()
+    if thread.is_alive():
+        _ABANDONED_TEARDOWNS.append(thread)
+        print(f"warning: rank {rank}: the process group's teardown did not finish within {grace_s:g} s; "
+              "leaving it behind", file=sys.stderr, flush=True)
+
+
+def _native_stream() -> Any:
+    """Standard error as a stream with a file descriptor (``faulthandler`` writes with ``write(2)``), even when
+    ``sys.stderr`` is redirected to a Python object; ``None`` when the process has none."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both an OSError and a ValueError
+            continue
+    return None
+
+
+def exit_process(status: int) -> NoReturn:
+    """End the process with ``status``; without waiting for a process-group teardown left behind by
+    :meth:`~reference_models.engine.DistributedRun.close` (which could keep the interpreter from exiting), when there is one."""
+    if any(thread.is_alive() for thread in _ABANDONED_TEARDOWNS):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    raise SystemExit(status)
 
 
 def _from_communication(exc: RuntimeError) -> bool:

@@ -1,16 +1,25 @@
-"""Bit-for-bit regression of the move of the Holmes trainer onto the shared engine.
+"""Regression of the move of the Holmes trainer onto the shared engine, on any processor.
 
-The expected values below were produced by the trainer *before* the move (the ``reference_models.holmes``
-of commit e4b604a, with its own loop) with :func:`fingerprint_of_run`, on this project's machine (x86-64 CPU,
-one thread, torch 2.13.0). The same two-epoch runs through :class:`reference_models.engine.Trainer` must
-give the same weights (SHA-256 of every tensor of ``last.pt``'s model and objective) and the same loss and
-validation history, float for float. Other torch versions may use other CPU kernels: the test then skips.
+``tests/data/engine_regression.npz`` holds, for two ablations, the trained weights (every floating tensor
+of the model's and the objective's state, float32), the per-epoch training loss and the per-epoch
+validation SumR (recorded for reading; a count of ranks can flip at a near-tie, so it is not compared) of
+two-epoch runs on the micro benchmark (seed 3, one thread, torch 2.13.0). They were
+written by today's engine on one x86-64 processor, in the same session where that run still reproduced,
+bit for bit, the SHA-256 fingerprints the trainer *before* the move had recorded (commit e4b604a, its own
+loop): ``29582ed0d825…`` (full) and ``6e3d1a8b8f94…`` (dab).
+
+Other processors round differently, and a training trajectory carries the difference on. Measured on this
+project's machine under ``MKL_CBWR=COMPATIBLE`` and ``ATEN_CPU_CAPABILITY=default``: the losses move by at
+most 4.3e-7 of their value and the weights by at most 2.7e-6 of their norm (relative Euclidean distance over
+all of them); a learning rate changed by 0.1 % moves them by 2.1e-5 to 4.5e-5 and 1.1e-5 to 1.4e-5. The
+tolerances below sit between the two.
 """
 
 from __future__ import annotations
 
-import hashlib
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -19,30 +28,15 @@ from reference_models.holmes.trainer import Trainer
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE, micro_config
 
-RECORDED_TORCH = "2.13.0"
-
-#: ablation -> (SHA-256 of the trained weights, per-epoch loss/total, per-epoch val/SumR), from before the move.
-EXPECTED: dict[str, tuple[str, list[float], list[float]]] = {
-    "full": ("29582ed0d825ad9a2cc939cd6e940a62303a5029aed9631c677889af6b7b8fdb",
-             [1.4761080741882324, 1.4827359517415364], [320.0, 320.0]),
-    "dab": ("6e3d1a8b8f94cc402308cee935ce8d15b502864491b0dde647499046a818bc64",
-            [0.5122156143188477, 0.6178481578826904], [300.0, 300.0]),
-}
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "engine_regression.npz"
+#: Relative tolerance of each epoch's loss, and of the weights' Euclidean distance to the recorded ones.
+LOSS_RTOL = 4e-6
+WEIGHTS_RTOL = 6e-6
 
 
-def tensors_digest(*states: dict[str, torch.Tensor]) -> str:
-    """SHA-256 over the names, dtypes, shapes and bytes of every tensor of ``states``, in name order."""
-    digest = hashlib.sha256()
-    for state in states:
-        for name in sorted(state):
-            tensor = state[name].detach().cpu().contiguous()
-            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
-    return digest.hexdigest()
-
-
-def fingerprint_of_run(root, out, ablation: str) -> tuple[str, list[float], list[float]]:
-    """Train the micro config with ``ablation`` for two epochs (seed 3, one thread); return what is compared."""
+def trained_run(root, out, ablation: str) -> dict[str, np.ndarray]:
+    """Train the micro config with ``ablation`` for two epochs (seed 3, one thread): its weights (keyed
+    ``<ablation>/<0 model | 1 objective>.<name>``), ``<ablation>/losses`` and ``<ablation>/sumrs``."""
     splits = {s: load_split(root, COLLECTION, FEATURE, s, n_clips=4, n_frames=8) for s in ("train", "val")}
     config = micro_config(epochs=2, videos_per_batch=3).with_ablation(ablation)
     threads = torch.get_num_threads()
@@ -52,9 +46,21 @@ def fingerprint_of_run(root, out, ablation: str) -> tuple[str, list[float], list
         result = trainer.fit()
     finally:
         torch.set_num_threads(threads)
-    losses = [record["loss/total"] for record in result.history]
-    sumrs = [record["val/SumR"] for record in result.history]
-    return tensors_digest(trainer.model.state_dict(), trainer.objective.state_dict()), losses, sumrs
+    found = {f"{ablation}/{i}.{name}": tensor.detach().cpu().numpy().copy()
+             for i, state in enumerate((trainer.model.state_dict(), trainer.objective.state_dict()))
+             for name, tensor in state.items() if tensor.is_floating_point()}
+    found[f"{ablation}/losses"] = np.array([record["loss/total"] for record in result.history])
+    found[f"{ablation}/sumrs"] = np.array([record["val/SumR"] for record in result.history])
+    return found
+
+
+def weights_distance(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray], ablation: str) -> float:
+    """``||w - w_recorded|| / ||w_recorded||`` over every recorded weight of ``ablation``, in float64."""
+    names = sorted(k for k in expected if k.startswith(f"{ablation}/") and not k.endswith(("/losses", "/sumrs")))
+    assert sorted(k for k in actual if not k.endswith(("/losses", "/sumrs"))) == names
+    got = np.concatenate([actual[k].astype(np.float64).ravel() for k in names])
+    want = np.concatenate([expected[k].astype(np.float64).ravel() for k in names])
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +70,7 @@ def micro_root(tmp_path_factory):
 
 @pytest.mark.parametrize("ablation", ["full", "dab"])
 def test_training_through_the_engine_matches_the_trainer_before_the_move(micro_root, tmp_path, ablation):
-    if torch.__version__.split("+")[0] != RECORDED_TORCH:
-        pytest.skip(f"expected values recorded with torch {RECORDED_TORCH}, this is {torch.__version__}")
-    digest, losses, sumrs = fingerprint_of_run(micro_root, tmp_path, ablation)
-    expected_digest, expected_losses, expected_sumrs = EXPECTED[ablation]
-    assert losses == expected_losses
-    assert sumrs == expected_sumrs
-    assert digest == expected_digest
+    expected = dict(np.load(RECORDED))
+    actual = trained_run(micro_root, tmp_path, ablation)
+    np.testing.assert_allclose(actual[f"{ablation}/losses"], expected[f"{ablation}/losses"], rtol=LOSS_RTOL, atol=0)
+    assert weights_distance(actual, expected, ablation) <= WEIGHTS_RTOL

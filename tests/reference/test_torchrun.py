@@ -28,7 +28,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from reference_models.engine import (
     DistributedRun,
@@ -44,6 +43,7 @@ from reference_models.holmes.data import load_split, make_train_loader
 from reference_models.holmes.objective import DistributedHolmesObjective
 from reference_models.holmes.task import HolmesTask
 from reference_models.holmes.trainer import Trainer
+from tests.process_helpers import run_processes
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE, micro_config, train_args
 
@@ -51,6 +51,8 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch.distributed with gloo is not available")
 
 WORLD = 2
+#: Wall-clock limit of the two ranks' whole programme (about a minute on two idle cores).
+RANKS_LIMIT_S = 900
 
 
 def _splits(root: Path) -> dict:
@@ -148,8 +150,7 @@ def ranks_output(micro_root, tmp_path_factory) -> Path:
             sock.bind(("127.0.0.1", 0))
             ports.append(sock.getsockname()[1])
     with RunLock(out / "busy"):
-        mp.start_processes(_rank_main, args=(ports, str(micro_root), str(out)), nprocs=WORLD, join=True,
-                           start_method="spawn")
+        run_processes(_rank_main, (ports, str(micro_root), str(out)), nprocs=WORLD, limit_s=RANKS_LIMIT_S)
     return out
 
 
