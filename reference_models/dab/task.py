@@ -11,9 +11,15 @@ from torch import nn
 from evidential_prvr.functional import info_nce_loss, pac_loss
 from reference_models.dab.config import HeadSettings, T2VConfig
 from reference_models.dab.data import T2VSplit, TrainBatches
-from reference_models.dab.evaluate import evaluate_split
+from reference_models.dab.evaluate import evaluate_split, score_split
 from reference_models.dab.model import T2VModel, T2VOutput
-from reference_models.engine import TrainingSchedule, TrainingTask, build_scheduler
+from reference_models.engine import (
+    ComparisonSpec,
+    QueryRanks,
+    TrainingSchedule,
+    TrainingTask,
+    build_scheduler,
+)
 
 __all__ = ["T2VTask", "T2VObjective", "T2VLoss"]
 
@@ -111,3 +117,16 @@ class T2VTask(TrainingTask):
 
     def checkpoint_extras(self) -> dict[str, Any]:
         return {"frame_dim": self.frame_dim, "text_dim": self.text_dim}
+
+    #: DAB vs its CLIP4Clip-style base on the 1k-A-style test (verdict on R@1 and MnR) and the all-captions test.
+    comparison = ComparisonSpec(method="dab", base="base", headline=("R@1", "MnR"),
+                                metrics=("R@1", "R@5", "R@10", "MdR", "MnR"), ks=(1, 5, 10),
+                                sets=("test", "test_all"), primary="test")
+
+    def query_ranks(self, model: nn.Module, split: T2VSplit, device: torch.device | str) -> QueryRanks:
+        """The rank of every caption's video on ``split``, as :func:`~reference_models.dab.evaluate.retrieval_metrics`
+        ranks it (ties count against the model); the query ids are the captions' ``sen_id``."""
+        from evidential_prvr.metrics import ranks_of_ground_truth
+
+        ranks = ranks_of_ground_truth(score_split(model, split, device).logits, split.query_video)
+        return QueryRanks(ranks.tolist(), [str(i) for i in split.sen_ids])

@@ -38,10 +38,12 @@ from reference_models.engine.cli import (
     write_json,
     write_text,
 )
+from reference_models.engine.compare import ComparisonRunner, ComparisonSpec, QueryRanks
 from reference_models.engine.distributed import (
     DistributedRun,
     PeerStoppedError,
     ProcessGroupError,
+    exit_process,
     process_group_from_environment,
     shard_bounds,
 )
@@ -76,7 +78,7 @@ from reference_models.engine.trainer import (
 )
 
 __all__ = [
-    "TrainingTask", "TrainingSchedule", "StepTerms",
+    "TrainingTask", "TrainingSchedule", "StepTerms", "ComparisonSpec", "QueryRanks", "ComparisonRunner",
     "Trainer", "TrainResult", "ResumeMismatchError", "TrainingDivergedError", "NonFiniteOutputError",
     "autocast_context", "all_finite",
     "UserError", "DataValidationError", "check_choice",
@@ -86,7 +88,7 @@ __all__ = [
     "clip_gradients", "build_scheduler", "warmup_linear_decay", "bert_warmup_linear", "LR_SCHEDULES",
     "GRAD_CLIP_MODES",
     "fingerprint_differences",
-    "DistributedRun", "PeerStoppedError", "ProcessGroupError", "process_group_from_environment", "shard_bounds",
+    "DistributedRun", "PeerStoppedError", "ProcessGroupError", "exit_process", "process_group_from_environment", "shard_bounds",
     "add_distributed_arguments",
     "run_logger", "tensorboard_writer", "progress",
     "EXIT_USER_ERROR", "OneLineParser", "int_at_least", "positive_number", "device_arg", "add_device_arguments",

@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from reference_models.engine.compare import ComparisonSpec, QueryRanks
 from reference_models.engine.distributed import DistributedRun
 from reference_models.engine.errors import UserError, check_choice
 from reference_models.engine.optimization import GRAD_CLIP_MODES, build_scheduler
@@ -164,3 +165,13 @@ class TrainingTask(metaclass=abc.ABCMeta):
     def checkpoint_extras(self) -> dict[str, Any]:
         """Extra top-level entries of ``last.pt`` and ``best.pt`` (feature sizes, a vocabulary, ...)."""
         return {}
+
+    #: The comparison this task's model exists to make (its method vs its base, the headline metrics), run by
+    #: :mod:`reference_models.engine.compare`; ``None``: the task has none.
+    comparison: ClassVar[ComparisonSpec | None] = None
+
+    def query_ranks(self, model: nn.Module, split: Any, device: torch.device | str) -> QueryRanks:
+        """The 1-based rank of the ground truth of every query of the evaluation ``split`` (with the query ids
+        and, where the data say, their types), computed as the task's evaluation ranks them. By default:
+        refused (a task without a :attr:`comparison`)."""
+        raise UserError(f"the {self.name} task gives no per-query ranks; it cannot be compared")

@@ -25,7 +25,9 @@ from torch import nn
 
 from evidential_prvr.distributed import gather_sizes, gather_with_grad, rank_offset
 from reference_models.engine import (
+    ComparisonSpec,
     DistributedRun,
+    QueryRanks,
     NonFiniteOutputError,
     UserError,
     TrainingSchedule,
@@ -144,6 +146,25 @@ class HolmesTask(TrainingTask):
 
     def validate(self, model: nn.Module, objective: nn.Module, device: torch.device) -> dict[str, float]:
         return evaluate_retrieval(model, self.val_split, self.config, device=device).recall
+
+    #: Holmes vs the MIL baseline (``--ablation baseline``); the verdict is read on the test SumR.
+    comparison = ComparisonSpec(method="holmes", base="baseline", headline=("SumR",),
+                                metrics=("R@1", "R@5", "R@10", "R@100", "SumR"), ks=(1, 5, 10, 100))
+
+    def query_ranks(self, model: nn.Module, split: PRVRSplit, device: torch.device | str) -> QueryRanks:
+        """The rank of every caption's video on ``split``, from the score matrix that
+        :func:`~reference_models.holmes.evaluate.evaluate_retrieval` ranks (ties count against the model)."""
+        from evidential_prvr.metrics import ranks_of_ground_truth
+        from reference_models.holmes.data import make_query_loader, make_video_loader
+        from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
+
+        optim = self.config.optim
+        videos = encode_all_videos(model, make_video_loader(split, optim.eval_video_batch), device)
+        queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
+        scores = score_matrix(model, videos, queries, query_chunk=optim.score_chunk,  # type: ignore[arg-type]
+                              video_chunk=optim.eval_video_batch).score
+        ranks = ranks_of_ground_truth(scores, split.caption_video_index.to(scores.device))
+        return QueryRanks(ranks.tolist(), list(split.caption_ids))
 
 
 def _global_scores(model: nn.Module, output, batch):

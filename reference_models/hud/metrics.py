@@ -7,7 +7,7 @@ from torch import nn
 
 from reference_models.hud.data import EDIT_TYPES, CVRSplit, make_batch
 
-__all__ = ["RECALL_KS", "recall_at_k", "target_ranks", "evaluate_split"]
+__all__ = ["RECALL_KS", "recall_at_k", "target_ranks", "split_ranks", "evaluate_split"]
 
 RECALL_KS = (1, 5, 10, 50)
 
@@ -31,11 +31,11 @@ def target_ranks(scores: torch.Tensor, target_column: torch.Tensor, excluded: to
 
 
 @torch.no_grad()
-def evaluate_split(method, model: nn.Module, split: CVRSplit, device: torch.device,
-                   *, batch_size: int = 128, seed: int = 0) -> dict[str, object]:
-    """Recalls of ``split`` against the gallery of all its target videos (the query's reference excluded).
+def split_ranks(method, model: nn.Module, split: CVRSplit, device: torch.device, *, batch_size: int = 128,
+                seed: int = 0) -> torch.Tensor:
+    """``[Q]`` 0-based rank of every triplet's target among the split's target videos (its reference excluded).
 
-    HUD's samples are drawn from a generator seeded with ``seed``, so an evaluation is deterministic.
+    HUD's samples are drawn from a generator seeded with ``seed``, so the ranks are deterministic.
     """
     was_training = model.training
     model.eval()
@@ -57,12 +57,22 @@ def evaluate_split(method, model: nn.Module, split: CVRSplit, device: torch.devi
             if ref_col is not None:
                 excluded[row, ref_col] = True
         ranks.append(target_ranks(scores, targets, excluded))
-    all_ranks = torch.cat(ranks)
+    model.train(was_training)
+    return torch.cat(ranks)
+
+
+@torch.no_grad()
+def evaluate_split(method, model: nn.Module, split: CVRSplit, device: torch.device,
+                   *, batch_size: int = 128, seed: int = 0) -> dict[str, object]:
+    """Recalls of ``split`` against the gallery of all its target videos (the query's reference excluded).
+
+    HUD's samples are drawn from a generator seeded with ``seed``, so an evaluation is deterministic.
+    """
+    all_ranks = split_ranks(method, model, split, device, batch_size=batch_size, seed=seed)
     result: dict[str, object] = recall_at_k(all_ranks)
     types = split.edit_types
     result["per_type"] = {
         kind: {**recall_at_k(all_ranks[[i for i, t in enumerate(types) if t == kind]]), "count": types.count(kind)}
         for kind in EDIT_TYPES if kind in types
     }
-    model.train(was_training)
     return result

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference_models.engine import TrainingSchedule, TrainingTask, fingerprint_differences
+from reference_models.engine import ComparisonSpec, QueryRanks, TrainingSchedule, TrainingTask, fingerprint_differences
 from reference_models.hud.config import HUDRunConfig
 from reference_models.hud.data import CVRSplit, TripletLoader, Vocabulary
-from reference_models.hud.metrics import evaluate_split
+from reference_models.hud.metrics import RECALL_KS, evaluate_split, split_ranks
 from reference_models.hud.model import METHODS, BackboneSettings, CVRModel
 
 __all__ = ["CVRTask", "backbone_settings", "build_cvr_model"]
@@ -104,3 +104,14 @@ class CVRTask(TrainingTask):
     def validate(self, model: nn.Module, objective: nn.Module, device: torch.device) -> dict[str, float]:
         result = evaluate_split(self.method, model, self.val_split, device, seed=self.config.eval_seed)
         return {k: v for k, v in result.items() if k != "per_type"}  # type: ignore[misc]
+
+    #: HUD vs its CoVR-style base; the verdict is read on the test mean recall (of R@1, 5, 10, 50).
+    comparison = ComparisonSpec(method="hud", base="base", headline=("MeanR",),
+                                metrics=("R@1", "R@5", "R@10", "R@50", "MeanR"), ks=RECALL_KS)
+
+    def query_ranks(self, model: nn.Module, split: CVRSplit, device: torch.device | str) -> QueryRanks:
+        """The 1-based rank of every triplet's target on ``split``, as ``evaluate_split`` ranks them (HUD's
+        samples drawn with ``config.eval_seed``); the edit types are the query types."""
+        ranks = split_ranks(self.method, model, split, torch.device(device), seed=self.config.eval_seed)
+        ids = [f"{i}:{t.reference}>{t.target}" for i, t in enumerate(split.triplets)]
+        return QueryRanks((ranks + 1).tolist(), ids, list(split.edit_types))

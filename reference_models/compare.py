@@ -1,0 +1,176 @@
+"""``python -m reference_models.compare run|report``: a task's method vs its base over training seeds and
+benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:`/guide/comparisons`).
+
+* ``run --task {holmes,hud,dab} --seeds 0,1,2 --data-seeds 0,1 --out DIR`` trains the runs of those seeds
+  that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
+  when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
+  Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
+* ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
+  and draws ``DIR/comparison.png``.
+
+This module sits above the tasks: it is the one place that knows all three and the library's statistics
+(:func:`evidential_prvr.metrics.compare_runs`); the engine (:mod:`reference_models.engine.compare`) keeps the
+task-agnostic half, the tasks their :class:`~reference_models.engine.ComparisonSpec` and per-query ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from evidential_prvr.metrics import compare_runs
+from reference_models import engine
+from reference_models.engine import compare as grid
+
+__all__ = ["SCHEMA", "TASKS", "VERDICT_RULE", "build_parser", "build_results", "main", "report", "runner_for"]
+
+#: The tasks that have a comparison, and the module of each one's runner.
+TASKS = {"holmes": "reference_models.holmes.comparison", "hud": "reference_models.hud.comparison",
+         "dab": "reference_models.dab.comparison"}
+#: The ``schema`` field of ``results.json``.
+SCHEMA = "evidential-prvr/comparison/1"
+#: The verdict rule, as written in ``results.json`` (and in :doc:`/guide/comparisons`, before any number).
+VERDICT_RULE = ("the method beats its base when the 95% hierarchical-bootstrap interval of the difference "
+                "method - base of every headline metric on the primary set lies entirely on the better side of "
+                "zero (above it; below it for MnR/MdR); it is worse when one such interval lies entirely on the "
+                "worse side; otherwise the comparison cannot tell")
+METHOD = ("hierarchical (three-level) bootstrap: data instances, then training seeds within an instance (each "
+          "model's own), then queries within an instance (the same for both models); percentile interval")
+
+
+def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0) -> grid.ComparisonRunner:
+    """The comparison runner of ``task`` (``reference_models.<task>.comparison.runner``)."""
+    engine.check_choice(task, "--task", tuple(TASKS))
+    return importlib.import_module(TASKS[task]).runner(epochs=epochs, scale=scale)
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 0,1,2, got {text!r}") from None
+    if not values or any(v < 0 for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct integers >= 0 such as 0,1,2, got {text!r}")
+    return values
+
+
+def build_parser() -> engine.OneLineParser:
+    parser = engine.OneLineParser(
+        prog="python -m reference_models.compare",
+        description="A task's method vs its base over training seeds and benchmark instances: per-query ranks of "
+                    "every run, a hierarchical-bootstrap interval of each metric's difference, and a verdict.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=engine.OneLineParser)
+    run = sub.add_parser("run", help="train the runs not done yet, then write the report")
+    run.add_argument("--task", choices=tuple(TASKS), required=True)
+    run.add_argument("--seeds", type=_seed_list, default=[0, 1, 2], help="training seeds (default 0,1,2)")
+    run.add_argument("--data-seeds", type=_seed_list, default=[0, 1], help="benchmark instances (default 0,1)")
+    run.add_argument("--out", type=Path, required=True, help="the comparison folder (data, runs, results)")
+    run.add_argument("--epochs", type=engine.int_at_least(1), help="override the task's default epochs")
+    run.add_argument("--benchmark-scale", type=engine.positive_number, default=1.0,
+                     help="videos per split as a fraction of the embedded benchmark's (same design)")
+    run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
+    run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
+    run.add_argument("--no-report", action="store_true", help="train only; merge later with report")
+    _report_arguments(run)
+    rep = sub.add_parser("report", help="merge every finished run of --out: results.json, table, figure")
+    rep.add_argument("--out", type=Path, required=True)
+    _report_arguments(rep)
+    return parser
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n-boot", type=engine.int_at_least(100), default=2000, help="bootstrap replicates")
+    parser.add_argument("--bootstrap-seed", type=engine.int_at_least(0), default=0,
+                        help="seed of the bootstrap's random stream (the same runs give the same results.json)")
+
+
+def _compare(collected: dict[str, Any], spec: grid.ComparisonSpec, n_boot: int, seed: int) -> dict[str, Any]:
+    comparisons = compare_runs(collected["method"], collected["base"], spec.metrics, n_boot=n_boot, ks=spec.ks,
+                               generator=seed)
+    return {m: c.to_dict() for m, c in comparisons.items()}
+
+
+def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot: int = 2000,
+                  bootstrap_seed: int = 0) -> dict[str, Any]:
+    """The content of ``results.json`` (schema: :doc:`/guide/comparisons`) from the finished runs."""
+    saved = plan["spec"]
+    spec = grid.ComparisonSpec(str(saved["method"]), str(saved["base"]), tuple(saved["headline"]),
+                               tuple(saved["metrics"]), tuple(saved["ks"]), tuple(saved["sets"]), str(saved["primary"]))
+    sets: dict[str, Any] = {}
+    for set_name in spec.sets:
+        collected = grid.collect_ranks(records, spec, set_name)
+        if not collected["data_seeds"]:
+            raise engine.UserError("no data seed has a finished run of both models yet; run the comparison first")
+        block: dict[str, Any] = {
+            "data_seeds": collected["data_seeds"], "seeds": collected["seeds"], "queries": collected["queries"],
+            "runs": {v: sum(len(s) for s in collected["seeds"][v].values()) for v in spec.variants},
+            "metrics": _compare(collected, spec, n_boot, bootstrap_seed),
+        }
+        types = sorted({t for r in records if r.variant == spec.method and r.data_seed in collected["data_seeds"]
+                        for t in (r.sets[set_name].query_types or [])})
+        block["per_type"] = {}
+        for kind in types:
+            sub = grid.collect_ranks(records, spec, set_name, query_type=kind)
+            if sub["data_seeds"]:
+                block["per_type"][kind] = {"data_seeds": sub["data_seeds"], "queries": sub["queries"],
+                                           "metrics": _compare(sub, spec, n_boot, bootstrap_seed)}
+        sets[set_name] = block
+    headline = {m: sets[spec.primary]["metrics"][m] for m in spec.headline}
+    beats = all(c["beats_base"] for c in headline.values())
+    worse = any(c["worse_than_base"] for c in headline.values())
+    text = ("beats its base" if beats else "worse than its base" if worse
+            else "cannot tell (an interval of a headline metric includes zero)")
+    return {
+        "schema": SCHEMA, "task": plan["task"], "method": spec.method, "base": spec.base,
+        "headline": list(spec.headline), "primary_set": spec.primary, "level": 0.95, "n_boot": n_boot,
+        "bootstrap_seed": bootstrap_seed, "interval_method": METHOD, "settings": plan["settings"],
+        "sets": sets,
+        "runs": [{"variant": r.variant, "data_seed": r.data_seed, "seed": r.seed, "train_seconds": r.train_seconds}
+                 for r in records if r.variant in spec.variants],
+        "verdict": {"rule": VERDICT_RULE, "beats_base": beats, "worse_than_base": worse, "text": text},
+    }
+
+
+def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0) -> dict[str, Any]:
+    """Write ``out/results.json`` and ``out/comparison.png`` from every finished run of ``out``; print the table."""
+    plan = grid.read_plan(out)
+    records = grid.read_runs(out)
+    results = build_results(records, plan, n_boot=n_boot, bootstrap_seed=bootstrap_seed)
+    engine.write_json(out / "results.json", results, flag="--out")
+    grid.draw_report(results, out / "comparison.png")
+    print(grid.format_report(results))
+    print(f"results written to {out / 'results.json'}, figure to {out / 'comparison.png'}")
+    return results
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.device == "cpu":
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+    runner = runner_for(args.task, epochs=args.epochs, scale=args.benchmark_scale)
+    start = time.perf_counter()
+    grid.run_grid(runner, args.out, seeds=args.seeds, data_seeds=args.data_seeds, device=args.device,
+                  show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+    print(f"runs of seeds {args.seeds} x data seeds {args.data_seeds} done in {time.perf_counter() - start:.0f} s")
+    if not args.no_report:
+        report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return engine.run_main({"run": _run, "report": _report}[args.command], args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
