@@ -80,9 +80,12 @@ def test_search_gallery_scores_are_those_of_score_matrix(setup):
     queries = torch.randn(13, cfg.model.hidden_size, generator=gen)
     sims = score_matrix(model, videos, queries, query_chunk=5, video_chunk=7)
     res = search_gallery(model, videos, queries, k=31, query_chunk=5, video_chunk=7, target=torch.arange(13))
-    assert torch.equal(res.scores, sims.score.sort(dim=1, descending=True).values)
-    assert torch.equal(res.target_scores, sims.score.diagonal())
-    assert torch.equal(res.frame_scores, sims.frame.gather(1, res.indices))
+    # Two code paths with other matrix shapes: equal to float32 rounding, not bit for bit (other GEMM blocks).
+    tol = {"rtol": 0.0, "atol": 64 * torch.finfo(torch.float32).eps * float(sims.score.abs().max())}
+    torch.testing.assert_close(res.scores, sims.score.sort(dim=1, descending=True).values, **tol)
+    torch.testing.assert_close(res.scores, sims.score.gather(1, res.indices), **tol)  # the indices go with them
+    torch.testing.assert_close(res.target_scores, sims.score.diagonal(), **tol)
+    torch.testing.assert_close(res.frame_scores, sims.frame.gather(1, res.indices), **tol)
 
 
 def test_parse_index():
