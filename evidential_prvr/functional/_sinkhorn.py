@@ -36,6 +36,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr.functional import _sinkhorn_fused
 
 __all__ = ["SINKHORN_METHODS", "SINKHORN_GRADS", "scaling_range_bound", "select_sinkhorn_method", "sinkhorn"]
 
@@ -334,6 +335,9 @@ def _iterate(
 ) -> torch.Tensor:
     """Run the Sinkhorn loop on ``C = log_gibbs`` (row updates first) and return the plan."""
     if method == "scaling":
+        function = _sinkhorn_fused.fused_scaling_function(log_gibbs, shift, a, b)
+        if function is not None:  # CPU, no gradient: the fused kernel (it builds the Gibbs matrix itself)
+            return _sinkhorn_fused.fused_iterate_scaling(function, log_gibbs, a, b, n_iters, tol, check_every, shift)
         return _iterate_scaling(torch.exp(log_gibbs - shift), a, b, n_iters, tol, check_every)
     return _iterate_log(log_gibbs, a, b, n_iters, tol, check_every)
 

@@ -272,11 +272,14 @@ class ModelOutput:
     videos : VideoEmbeddings
         The batch's encoded videos.
     clip_sim, frame_sim, score : Tensor, shape [Q, V]
-        Clip-scale, frame-scale and combined cosine scores (Holmes Eq. 1-2).
+        Clip-scale, frame-scale and combined cosine scores (Holmes Eq. 1-2). ``None`` after
+        ``forward(batch, score_batch=False)``: the caller scores the queries itself (against the global batch
+        under ``torchrun``).
     query_clip_sim : Tensor, shape [Q, M_c]
         Cosine between each query and every clip of its own video (for the intra-video loss).
     clip_logits, frame_logits : Tensor, shape [Q, V]
-        Unnormalised scores: max over positions of the raw dot product (what the release's InfoNCE uses).
+        Unnormalised scores: max over positions of the raw dot product (what the release's InfoNCE uses);
+        ``None`` with ``score_batch=False``, as the scores.
     query_aux : Tensor, shape [Q, d], or None
         A second encoding of the queries with independent dropout (training with
         ``second_query_encoding=True``): the objective feeds it to L_div and L_intra, as the release does.
@@ -284,12 +287,12 @@ class ModelOutput:
 
     query: torch.Tensor
     videos: VideoEmbeddings
-    clip_sim: torch.Tensor
-    frame_sim: torch.Tensor
-    score: torch.Tensor
+    clip_sim: torch.Tensor | None
+    frame_sim: torch.Tensor | None
+    score: torch.Tensor | None
     query_clip_sim: torch.Tensor
-    clip_logits: torch.Tensor
-    frame_logits: torch.Tensor
+    clip_logits: torch.Tensor | None
+    frame_logits: torch.Tensor | None
     query_aux: torch.Tensor | None = None
 
 
@@ -513,8 +516,13 @@ class HolmesModel(nn.Module):
                                    fill=self.padded_frame_score)
         return Similarities(clip=clip, frame=frame, score=self.combine_scores(frame, clip))
 
-    def forward(self, batch: Any) -> ModelOutput:
-        """Encode a training batch (read by attribute) and score its queries against its videos."""
+    def forward(self, batch: Any, *, score_batch: bool = True) -> ModelOutput:
+        """Encode a training batch (read by attribute) and score its queries against its videos.
+
+        ``score_batch=False`` skips the ``[Q, V]`` scores and logits (they are ``None``): for a caller that
+        scores the queries against other videos anyway (the global batch under ``torchrun``,
+        :meth:`~reference_models.holmes.task.HolmesTask.training_step`), so that no scoring is done twice.
+        """
         videos = self.encode_videos(batch.clip_feats, batch.frame_feats, batch.frame_mask)
         query = self.encode_queries(batch.query_feats, batch.query_mask)
         query_video = batch.query_video
@@ -526,17 +534,20 @@ class HolmesModel(nn.Module):
         query_aux = None
         if self.config.second_query_encoding and self.training:
             query_aux = self.encode_queries(batch.query_feats, batch.query_mask)
-        sims = self.similarity(query, videos)
-        clip_logits = max_over_positions(query, videos.clip)
-        frame_logits = max_over_positions(query, videos.frame, videos.frame_mask, fill=self.padded_frame_logit)
+        clip_sim = frame_sim = score = clip_logits = frame_logits = None
+        if score_batch:
+            sims = self.similarity(query, videos)
+            clip_sim, frame_sim, score = sims.clip, sims.frame, sims.score
+            clip_logits = max_over_positions(query, videos.clip)
+            frame_logits = max_over_positions(query, videos.frame, videos.frame_mask, fill=self.padded_frame_logit)
         own_clips = F.normalize(videos.clip, dim=-1)[query_video]  # [Q, M_c, d]
         query_clip_sim = torch.einsum("qd,qmd->qm", F.normalize(query, dim=-1), own_clips)
         return ModelOutput(
             query=query,
             videos=videos,
-            clip_sim=sims.clip,
-            frame_sim=sims.frame,
-            score=sims.score,
+            clip_sim=clip_sim,
+            frame_sim=frame_sim,
+            score=score,
             query_clip_sim=query_clip_sim,
             clip_logits=clip_logits,
             frame_logits=frame_logits,

@@ -127,9 +127,10 @@ class HolmesTask(TrainingTask):
         # on the host, before the copy; with several processes the criterion gathers the global batch's
         max_queries = int(torch.bincount(batch.query_video).max()) if self.run is None else None
         batch = batch.to(device, non_blocking=True)
-        output = model(batch)
-        if self.run is not None:
-            output, batch = _global_scores(model.module, output, batch)
+        if self.run is None:
+            output = model(batch)
+        else:  # the model encodes only; its queries are scored once, against the gathered global batch
+            output, batch = _global_scores(model.module, model(batch, score_batch=False), batch)
         try:
             return objective(output, batch, max_queries)
         except ValueError as exc:  # the library refuses non-finite scores: say that training diverged
@@ -170,7 +171,8 @@ class HolmesTask(TrainingTask):
 def _global_scores(model: nn.Module, output, batch):
     """This rank's ``output`` and ``batch`` in the distributed calling convention: its queries' scores and
     logits against every video of the global batch (gathered with gradient, rank order) and its captions'
-    global video indices; ``output.videos`` (the clip embeddings of L_intra) stays this rank's own."""
+    global video indices; ``output.videos`` (the clip embeddings of L_intra) stays this rank's own. ``output``
+    comes from ``forward(batch, score_batch=False)``: the queries are scored here only, once."""
     videos = output.videos
     sizes = gather_sizes(len(videos), videos.clip.device)
     everyone = VideoEmbeddings(*(gather_with_grad(t, sizes=sizes) for t in (videos.clip, videos.frame,

@@ -75,6 +75,18 @@ def test_output_shapes_and_device(device):
     assert torch.allclose(out.score, 0.4 * out.frame_sim + 0.6 * out.clip_sim)
 
 
+def test_forward_without_batch_scores_encodes_the_same():
+    """``score_batch=False`` (the distributed step, which scores against the global batch): no ``[Q, V]`` scores,
+    every other output bit for bit the same."""
+    model = HolmesModel(small_config(dropout=0.0)).eval()
+    batch = make_batch()
+    full, bare = model(batch), model(batch, score_batch=False)
+    for name in ("clip_sim", "frame_sim", "score", "clip_logits", "frame_logits"):
+        assert getattr(bare, name) is None
+    assert torch.equal(bare.query, full.query) and torch.equal(bare.query_clip_sim, full.query_clip_sim)
+    assert torch.equal(bare.videos.clip, full.videos.clip) and torch.equal(bare.videos.frame, full.videos.frame)
+
+
 @pytest.mark.parametrize("padded_frames", ["zero", "mask"])
 def test_scores_match_brute_force_and_padded_frames(padded_frames):
     """``"mask"``: padded frames never win the max; ``"zero"`` (release): they score cosine 0 (and dot 0)."""
