@@ -5,6 +5,7 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
   when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
   Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
+  ``--benchmark covr-regime`` (HUD): the named benchmark in the paper's regime instead of the embedded one.
 * ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
   and draws ``DIR/comparison.png``.
 
@@ -28,7 +29,8 @@ from evidential_prvr.metrics import compare_runs
 from reference_models import engine
 from reference_models.engine import compare as grid
 
-__all__ = ["SCHEMA", "TASKS", "VERDICT_RULE", "build_parser", "build_results", "main", "report", "runner_for"]
+__all__ = ["BENCHMARK_NAMES", "SCHEMA", "TASKS", "VERDICT_RULE", "build_parser", "build_results", "main", "report",
+           "runner_for"]
 
 #: The tasks that have a comparison, and the module of each one's runner.
 TASKS = {"holmes": "reference_models.holmes.comparison", "hud": "reference_models.hud.comparison",
@@ -44,10 +46,22 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
           "model's own), then queries within an instance (the same for both models); percentile interval")
 
 
-def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0) -> grid.ComparisonRunner:
-    """The comparison runner of ``task`` (``reference_models.<task>.comparison.runner``)."""
+#: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
+BENCHMARK_NAMES = {"holmes": ("embedded",), "hud": ("embedded", "covr-regime"), "dab": ("embedded",)}
+
+
+def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,
+               benchmark: str | None = None) -> grid.ComparisonRunner:
+    """The comparison runner of ``task`` (``reference_models.<task>.comparison.runner``) on the named benchmark
+    (:data:`BENCHMARK_NAMES`; ``None``: the task's embedded benchmark)."""
     engine.check_choice(task, "--task", tuple(TASKS))
-    return importlib.import_module(TASKS[task]).runner(epochs=epochs, scale=scale)
+    module = importlib.import_module(TASKS[task])
+    if benchmark is None or benchmark == BENCHMARK_NAMES[task][0]:
+        return module.runner(epochs=epochs, scale=scale)
+    if benchmark not in BENCHMARK_NAMES[task]:
+        raise engine.UserError(f"--benchmark {benchmark}: task {task} has the benchmarks "
+                               f"{', '.join(BENCHMARK_NAMES[task])}")
+    return module.runner(epochs=epochs, scale=scale, benchmark=benchmark)
 
 
 def _seed_list(text: str) -> list[int]:
@@ -73,7 +87,10 @@ def build_parser() -> engine.OneLineParser:
     run.add_argument("--out", type=Path, required=True, help="the comparison folder (data, runs, results)")
     run.add_argument("--epochs", type=engine.int_at_least(1), help="override the task's default epochs")
     run.add_argument("--benchmark-scale", type=engine.positive_number, default=1.0,
-                     help="videos per split as a fraction of the embedded benchmark's (same design)")
+                     help="videos per split as a fraction of the benchmark's (same design)")
+    run.add_argument("--benchmark", choices=sorted({n for names in BENCHMARK_NAMES.values() for n in names}),
+                     help="the named benchmark instance (default: the task's embedded one; hud: covr-regime, "
+                          "the paper's regime)")
     run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     run.add_argument("--no-report", action="store_true", help="train only; merge later with report")
@@ -152,7 +169,7 @@ def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0) -> dict[st
 def _run(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
-    runner = runner_for(args.task, epochs=args.epochs, scale=args.benchmark_scale)
+    runner = runner_for(args.task, epochs=args.epochs, scale=args.benchmark_scale, benchmark=args.benchmark)
     start = time.perf_counter()
     grid.run_grid(runner, args.out, seeds=args.seeds, data_seeds=args.data_seeds, device=args.device,
                   show_progress=not args.no_progress, log=lambda line: print(line, flush=True))

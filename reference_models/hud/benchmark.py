@@ -32,6 +32,11 @@ Splits. Training: 1200 reference videos with 2 edits each; validation: 100 video
 x 4 edits. Every reference video (and target) is new in each split (test videos are unseen in training). The
 4 edits of one test video are different, so the gallery (all 600 test targets) holds 3 siblings of every target
 that differ from it only in what was edited.
+
+Named instances (:data:`BENCHMARKS`): ``embedded`` is the design above (the demos'); ``covr-regime`` is the same
+generator in the paper's regime (WebVid-CoVR-like, 2,500 test triplets: 500 test videos x 5 edits, token and
+re-encoding noise 0.6, style weight 0.2, and reference videos in groups of 8 near-duplicates that share their scene
+and entities, ``near_duplicates``); ``docs/guide/hud.rst`` says what each knob changes and why.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import torch
 
 from reference_models.engine import write_text
 
-__all__ = ["CVRBenchmarkSpec", "WORLD", "generate_cvr_benchmark"]
+__all__ = ["BENCHMARKS", "CVRBenchmarkSpec", "WORLD", "benchmark_spec", "generate_cvr_benchmark"]
 
 WORLD = {
     "animal": (("dog", "cat", "bird", "horse", "sheep"), ("brown", "white", "black", "grey")),
@@ -58,7 +63,11 @@ SCENES = ("beach", "street", "park", "room", "snow")
 
 @dataclass(frozen=True)
 class CVRBenchmarkSpec:
-    """What the embedded CVR benchmark plants and how much (fixed; see the module docstring)."""
+    """What the embedded CVR benchmark plants and how much (fixed; see the module docstring).
+
+    ``near_duplicates``: reference videos come in groups of this many that share their scene and entities
+    (classes, attributes, token positions), each with its own style and noise (1: none, the embedded design).
+    """
 
     dim: int = 32
     frames: int = 4
@@ -81,6 +90,7 @@ class CVRBenchmarkSpec:
     eval_edits: int = 4
     train_pronoun_ratio: float = 0.45
     eval_pronoun_ratio: float = 0.40
+    near_duplicates: int = 1
 
     def scaled(self, factor: float) -> CVRBenchmarkSpec:
         """The same design with ``factor`` times the videos of every split (tests use tiny versions)."""
@@ -89,6 +99,23 @@ class CVRBenchmarkSpec:
         return replace(self, train_videos=max(4, round(self.train_videos * factor)),
                        val_videos=max(2, round(self.val_videos * factor)), test_videos=max(2, round(self.test_videos * factor)))
 
+
+
+#: The named instances of the design: ``embedded`` (the demo's, unchanged) and ``covr-regime`` (the comparison in
+#: the paper's regime, WebVid-CoVR-like: 2,500 test triplets; docs/guide/hud.rst says what each knob changes and
+#: why; fixed on the base's validation split of development seed 100 before any HUD-vs-base number).
+BENCHMARKS: dict[str, CVRBenchmarkSpec] = {
+    "embedded": CVRBenchmarkSpec(),
+    "covr-regime": CVRBenchmarkSpec(test_videos=500, val_videos=120, eval_edits=5, noise=0.6, reencode_noise=0.6,
+                                    style_weight=0.2, near_duplicates=8),
+}
+
+
+def benchmark_spec(name: str) -> CVRBenchmarkSpec:
+    """The spec of the named benchmark (:data:`BENCHMARKS`); ``ValueError`` for an unknown name."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown CVR benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[name]
 
 @dataclass
 class _Entity:
@@ -233,7 +260,12 @@ def _split(gen: _Generator, name: str, n_videos: int, edits_per_video: int, pron
            emb_dir: Path) -> list[list[str]]:
     plans = []
     for v in range(n_videos):
-        video = gen.video()
+        if gen.spec.near_duplicates > 1 and v % gen.spec.near_duplicates:  # a near-duplicate of the group's first
+            first = plans[-1][0]
+            video = _Video(first.scene, {k: _Entity(**vars(e)) for k, e in first.entities.items()},
+                           gen.rng.standard_normal(gen.spec.dim) / np.sqrt(gen.spec.dim))
+        else:
+            video = gen.video()
         candidates = gen.candidate_edits(video)
         chosen = [candidates[i] for i in gen.rng.choice(len(candidates), size=edits_per_video, replace=False)]
         plans.append((video, chosen))

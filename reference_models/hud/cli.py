@@ -1,7 +1,8 @@
 """``python -m reference_models.hud demo|train|evaluate|validate|ablation``: the CVR reference model's command line.
 
-* ``demo --seed S --output-dir D``: writes the embedded CVR benchmark (seed ``S``) to ``D/data``, trains HUD and
-  the base on it (``D/hud``, ``D/base``) and writes ``D/results.json`` with both models' test recalls.
+* ``demo --seed S --output-dir D``: writes the embedded CVR benchmark (seed ``S``; ``--benchmark covr-regime``:
+  the instance in the paper's regime) to ``D/data``, trains HUD and the base on it (``D/hud``, ``D/base``) and
+  writes ``D/results.json`` with both models' test recalls.
 * ``train --data-root ROOT --output-dir OUT [--method hud|base] [--derivative N] [--epochs N] [--device D]``.
 * ``evaluate --checkpoint OUT/best.pt --data-root ROOT [--split test]``.
 * ``validate --data-root ROOT``: reads every file, prints sizes and edit types, or the first problem.
@@ -23,7 +24,7 @@ import torch
 
 from evidential_prvr.probabilistic import HUD_DERIVATIVES
 from reference_models import engine
-from reference_models.hud.benchmark import CVRBenchmarkSpec, generate_cvr_benchmark
+from reference_models.hud.benchmark import BENCHMARKS, benchmark_spec, generate_cvr_benchmark
 from reference_models.hud.config import DERIVATIVE_CHOICES, HUDRunConfig
 from reference_models.hud.data import SPLITS, SplitPaths, Vocabulary, load_cvr_split, read_annotations, validate_cvr_root
 from reference_models.hud.metrics import evaluate_split
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _scale_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark-scale", type=engine.positive_number, default=1.0,
                         help="videos per split as a fraction of the benchmark's (same design; < 1 for quick checks)")
+    parser.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="embedded",
+                        help="the named benchmark: embedded (default, the demo's) or covr-regime (the paper's regime)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,7 +177,8 @@ def _benchmark(args: argparse.Namespace) -> tuple[dict, Vocabulary, Path, dict]:
     out = args.output_dir
     engine.claim_output_folder(out, resume=args.resume, overwrite=args.overwrite)
     data = out / "data"
-    summary = generate_cvr_benchmark(data, seed=args.seed, spec=CVRBenchmarkSpec().scaled(args.benchmark_scale))
+    spec = benchmark_spec(args.benchmark).scaled(args.benchmark_scale)
+    summary = generate_cvr_benchmark(data, seed=args.seed, spec=spec)
     config = HUDRunConfig()
     splits, vocabulary = _load({s: SplitPaths.default(data, s) for s in SPLITS}, config)
     return splits, vocabulary, data, summary

@@ -1,7 +1,7 @@
 """HUD vs its CoVR-style base as a comparison of the engine (:mod:`reference_models.engine.compare`).
 
-Each benchmark instance is the embedded CVR benchmark written with the data seed (``demo``'s generator,
-``--benchmark-scale`` as in ``demo``); each run is :func:`reference_models.hud.cli.run_variant` (what ``demo``
+Each benchmark instance is the embedded CVR benchmark (or a named one, ``--benchmark covr-regime``: the paper's
+regime) written with the data seed (``demo``'s generator, ``--benchmark-scale`` as in ``demo``); each run is :func:`reference_models.hud.cli.run_variant` (what ``demo``
 and ``train`` run: ``best.pt`` on the validation mean recall), then
 :meth:`~reference_models.hud.task.CVRTask.query_ranks` ranks the test triplets; the edit types (pronoun,
 explicit, key detail) are the query types.
@@ -15,7 +15,11 @@ from typing import Any
 
 from reference_models import engine
 from reference_models.engine import QueryRanks
-from reference_models.hud.benchmark import CVRBenchmarkSpec, generate_cvr_benchmark
+from reference_models.hud.benchmark import (
+    CVRBenchmarkSpec,
+    benchmark_spec,
+    generate_cvr_benchmark,
+)
 from reference_models.hud.config import HUDRunConfig
 from reference_models.hud.data import (
     SPLITS,
@@ -51,8 +55,10 @@ class HUDComparison:
         return HUDRunConfig(method=variant, **({"epochs": self.epochs} if self.epochs else {}))
 
     def settings(self) -> dict[str, Any]:
-        return {"configs": {v: self.config(v).to_dict() for v in self.spec.variants},
-                "benchmark": dataclasses.asdict(self.benchmark)}
+        benchmark = dataclasses.asdict(self.benchmark)
+        if benchmark["near_duplicates"] == 1:  # the embedded design's settings as they were before the field existed
+            del benchmark["near_duplicates"]
+        return {"configs": {v: self.config(v).to_dict() for v in self.spec.variants}, "benchmark": benchmark}
 
     def prepare_data(self, folder: Path, data_seed: int) -> None:
         generate_cvr_benchmark(folder, seed=data_seed, spec=self.benchmark)
@@ -73,6 +79,8 @@ class HUDComparison:
         return {"test": task.query_ranks(model.to(device), splits["test"], device)}
 
 
-def runner(epochs: int | None = None, scale: float = 1.0) -> HUDComparison:
-    """The runner of the command line (``scale``: videos per split as a fraction of the benchmark's)."""
-    return HUDComparison(CVRBenchmarkSpec().scaled(scale) if scale != 1.0 else CVRBenchmarkSpec(), epochs)
+def runner(epochs: int | None = None, scale: float = 1.0, benchmark: str = "embedded") -> HUDComparison:
+    """The runner of the command line (``scale``: videos per split as a fraction of the benchmark's;
+    ``benchmark``: a name of :data:`~reference_models.hud.benchmark.BENCHMARKS`)."""
+    spec = benchmark_spec(benchmark)
+    return HUDComparison(spec.scaled(scale) if scale != 1.0 else spec, epochs)
