@@ -521,7 +521,7 @@ class HolmesModel(nn.Module):
 
         ``score_batch=False`` skips the ``[Q, V]`` scores and logits (they are ``None``): for a caller that
         scores the queries against other videos anyway (the global batch under ``torchrun``,
-        :meth:`~reference_models.holmes.task.HolmesTask.training_step`), so that no scoring is done twice.
+        ``HolmesTask.training_step``), so that no scoring is done twice.
         """
         videos = self.encode_videos(batch.clip_feats, batch.frame_feats, batch.frame_mask)
         query = self.encode_queries(batch.query_feats, batch.query_mask)
