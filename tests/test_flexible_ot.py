@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidential_prvr import FlexibleOT
+from tests.pot_reference import assert_plans_match_pot
 from tests.strategies.transport import epsilons, masked_similarity_batches
 
 METHODS = ["log", "scaling"]
@@ -98,13 +99,7 @@ def test_pot_problem_reproduces_plan(batch, marginals):
     sim, qmask, cmask = batch
     fot = converged(marginals=marginals, minmax_over="valid")
     out = fot(sim, qmask, cmask)
-    for k, problem in enumerate(fot.pot_problem(sim, qmask, cmask)):
-        q = ot.sinkhorn(problem.a, problem.b, problem.M, problem.reg, method="sinkhorn_log", stopThr=1e-13,
-                        numItermax=200000)
-        nq = len(problem.query_index)
-        ours = out.plan[k].numpy()[np.ix_(problem.query_index, problem.clip_index)]
-        np.testing.assert_allclose(ours, q[:nq], atol=1e-6, rtol=0)
-        np.testing.assert_allclose(out.dustbin[k].numpy()[problem.clip_index], q[nq], atol=1e-6, rtol=0)
+    assert_plans_match_pot(fot, out, sim, qmask, cmask)
 
 
 @settings(max_examples=15)

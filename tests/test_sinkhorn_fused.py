@@ -18,6 +18,7 @@ from evidential_prvr import FlexibleOT
 from evidential_prvr.functional import flexible_ot, sinkhorn
 from evidential_prvr.functional import _sinkhorn_fused as fused
 from evidential_prvr.functional._sinkhorn import _iterate_scaling
+from tests.pot_reference import assert_plans_match_pot
 
 pytestmark = pytest.mark.skipif(fused._load() is None, reason=f"fused kernel {fused.fused_status()['state']}")
 
@@ -95,13 +96,7 @@ def test_fused_matches_pot(marginals):
     fot = FlexibleOT(n_iters=50000, tol=1e-12, marginals=marginals, method="scaling")
     with fused._forced_mode("fused"):
         out = fot(sim, qmask, cmask)
-    for k, problem in enumerate(fot.pot_problem(sim, qmask, cmask)):
-        q = ot.sinkhorn(problem.a, problem.b, problem.M, problem.reg, method="sinkhorn_log", stopThr=1e-13,
-                        numItermax=200000)
-        nq = len(problem.query_index)
-        ours = out.plan[k].numpy()[np.ix_(problem.query_index, problem.clip_index)]
-        np.testing.assert_allclose(ours, q[:nq], atol=1e-6, rtol=0)
-        np.testing.assert_allclose(out.dustbin[k].numpy()[problem.clip_index], q[nq], atol=1e-6, rtol=0)
+    assert_plans_match_pot(fot, out, sim, qmask, cmask)
 
 
 def test_fixed_iterations_match_pot_batched():
