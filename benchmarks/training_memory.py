@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             batch = meter(f"step {step}: build the batch", lambda: next(batches))
 
             def forward():
-                return task.training_step(model, objective, batch, trainer.device)
+                return task.training_step(model, objective, batch, trainer.device)  # noqa: F821 (deleted after the step; the closure runs within it)
 
             if step == 0:
                 terms, saved = meter("step 0: forward and loss", lambda: saved_by_part(model, objective, forward))

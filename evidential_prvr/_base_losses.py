@@ -10,41 +10,94 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-from typing import TypeVar
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
 
 import torch
 
-from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
-from evidential_prvr.distributed import is_distributed
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
+from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
     settings_from_preset,
-    settings_keywords,
     settings_properties,
     settings_repr,
 )
+from evidential_prvr.distributed import is_distributed
+from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
     NCE_VIDEO_TO_TEXT,
     VIDEO_NEGATIVES,
     BaseRetrievalLossDetails,
-    BASE_RETRIEVAL_FIELDS,
     BaseRetrievalSettings,
     info_nce_loss,
     query_diversity_loss,
     run_base_retrieval_loss,
     triplet_ranking_loss,
 )
-from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.presets import apply_overrides, module_settings
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
 
 T = TypeVar("T")
 
-__all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss"]
+__all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss", "TripletRankingLossOverrides",
+           "InfoNCELossOverrides", "QueryDiversityLossOverrides", "BaseRetrievalLossOverrides"]
 
 
-def _from_base_section(cls: type[T], preset: str, dataset: str | None, overrides: dict[str, object],
+class _LossOverrides(TypedDict, total=False):
+    reduction: str
+    validate_args: bool | None
+    distributed: bool
+
+
+class TripletRankingLossOverrides(_LossOverrides, total=False):
+    """The keyword overrides of :meth:`TripletRankingLoss.from_preset`: its constructor's arguments."""
+
+    margin: float
+    hard_negative_topk: int
+    use_hard_negatives: bool
+    video_negative: str
+
+
+class InfoNCELossOverrides(_LossOverrides, total=False):
+    """The keyword overrides of :meth:`InfoNCELoss.from_preset`: its constructor's arguments."""
+
+    video_to_text: str
+
+
+class QueryDiversityLossOverrides(_LossOverrides, total=False):
+    """The keyword overrides of :meth:`QueryDiversityLoss.from_preset`: its constructor's arguments."""
+
+    alpha: float
+    delta: float
+    lam: float
+
+
+class BaseRetrievalLossOverrides(_LossOverrides, total=False):
+    """The keyword overrides of :meth:`BaseRetrievalLoss.from_preset`: the fields of
+    :class:`~evidential_prvr.presets.BaseRetrievalSettings`, ``use_hard_negatives``, ``reduction``,
+    ``validate_args`` and ``distributed``."""
+
+    margin: float
+    div_delta: float
+    hard_negative_topk: int
+    video_negative: str
+    nce_video_to_text: str
+    div_alpha: float
+    div_lambda: float
+    frame_nce_weight: float
+    clip_nce_weight: float
+    div_weight: float
+    use_hard_negatives: bool
+
+
+def _from_base_section(cls: type[T], preset: str, dataset: str | None, overrides: Mapping[str, object],
                        fields: dict[str, str], **fixed: object) -> T:
     """``cls`` built from the preset's ``base`` section: ``fields`` maps constructor arguments to section
     fields, ``fixed`` gives further arguments (``reduction="mean"`` and ``validate_args=None`` always);
@@ -95,7 +148,9 @@ class TripletRankingLoss(_ReducedLoss):
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> TripletRankingLoss:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[TripletRankingLossOverrides]
+    ) -> TripletRankingLoss:
         """Margin, hard-negative pool and video negative of a preset (a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides, {"margin": "margin",
                                   "hard_negative_topk": "hard_negative_topk", "video_negative": "video_negative"},
@@ -146,7 +201,9 @@ class InfoNCELoss(_ReducedLoss):
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> InfoNCELoss:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[InfoNCELossOverrides]
+    ) -> InfoNCELoss:
         """The video→text form of a preset (a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides, {"video_to_text": "nce_video_to_text"})
 
@@ -189,7 +246,9 @@ class QueryDiversityLoss(_ReducedLoss):
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> QueryDiversityLoss:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[QueryDiversityLossOverrides]
+    ) -> QueryDiversityLoss:
         """α, δ and λ of a preset (the release's ``neg_factor``; a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides,
                                   {"alpha": "div_alpha", "delta": "div_delta", "lam": "div_lambda"})
@@ -259,9 +318,41 @@ class BaseRetrievalLoss(_SettingsLoss):
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
 
-    @settings_keywords(BaseRetrievalSettings, fields=(*BASE_RETRIEVAL_FIELDS, "hard_negative_topk"))
-    def __init__(self, *, settings: BaseRetrievalSettings, use_hard_negatives: bool = False, reduction: str = "mean",
-                 validate_args: bool | None = None, distributed: bool = False) -> None:
+    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of BaseRetrievalSettings)
+        margin: float
+        div_delta: float
+        hard_negative_topk: int
+        video_negative: str
+        nce_video_to_text: str
+        div_alpha: float
+        div_lambda: float
+        frame_nce_weight: float
+        clip_nce_weight: float
+        div_weight: float
+        _settings: BaseRetrievalSettings
+
+    def __init__(
+        self,
+        *,
+        margin: float = 0.2,
+        frame_nce_weight: float = 0.04,
+        clip_nce_weight: float = 0.02,
+        div_weight: float = 0.003,
+        div_alpha: float = 32.0,
+        div_delta: float = 0.2,
+        div_lambda: float = 1.0,
+        video_negative: str = "hardest",
+        nce_video_to_text: str = "release",
+        hard_negative_topk: int = 20,
+        use_hard_negatives: bool = False,
+        reduction: str = "mean",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+    ) -> None:
+        settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight,
+                                         clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
+                                         div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
+                                         nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
         super().__init__(settings, reduction, validate_args)
         self.use_hard_negatives = bool(use_hard_negatives)
         self.distributed = bool(distributed)
@@ -276,7 +367,9 @@ class BaseRetrievalLoss(_SettingsLoss):
                                     reduction=reduction, validate_args=validate_args, distributed=distributed)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> BaseRetrievalLoss:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[BaseRetrievalLossOverrides]
+    ) -> BaseRetrievalLoss:
         """Margin, InfoNCE and L_div weights and settings of a preset (the paper takes them from its code,
         App. A.1; ``dataset=None``: TVR's). ``overrides``: the constructor's arguments."""
         sections = module_settings(preset, dataset)
@@ -293,6 +386,25 @@ class BaseRetrievalLoss(_SettingsLoss):
     def extra_repr(self) -> str:
         return (f"{settings_repr(self._settings)}, use_hard_negatives={self.use_hard_negatives}, "
                 f"reduction={self.reduction!r}")
+
+    @overload
+    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
+                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
+                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
+                return_details: Literal[False] = ..., hard_negatives: bool | None = ...) -> torch.Tensor: ...
+
+    @overload
+    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
+                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
+                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
+                return_details: Literal[True], hard_negatives: bool | None = ...) -> BaseRetrievalLossDetails: ...
+
+    @overload
+    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
+                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
+                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
+                return_details: bool = ..., hard_negatives: bool | None = ...
+                ) -> torch.Tensor | BaseRetrievalLossDetails: ...
 
     def forward(
         self,
@@ -327,3 +439,6 @@ class BaseRetrievalLoss(_SettingsLoss):
                                            generator=generator, reduction=self.reduction,
                                            return_details=return_details, validate_args=self.validate_args,
                                            diversity=diversity)
+
+    if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
+        __call__ = forward

@@ -13,8 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
+from evidential_prvr._checks import (
+    as_mask,
+    check_finite,
+    check_positive_int,
+    check_same_device,
+    check_tensor,
+    should_validate,
+)
 from evidential_prvr._numerics import normalize_rows
-from evidential_prvr._checks import as_mask, check_finite, check_positive_int, check_same_device, check_tensor, should_validate
 
 __all__ = ["IntraVideoBatch", "build_intra_video_batch"]
 

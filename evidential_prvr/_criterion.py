@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypedDict, overload
 
 import torch
 from torch import nn
@@ -20,22 +22,42 @@ from evidential_prvr._base_losses import BaseRetrievalLoss
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
 from evidential_prvr._distributed import set_sizes, shared_gathers, warn_per_rank
-from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._overrides import reject_unknown
+from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
 from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetails, BaseRetrievalSettings
-from evidential_prvr.functional._scores import check_score_pair_shapes
+from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.presets import module_settings
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
 
 _LOG = logging.getLogger("evidential_prvr")
 SCHEDULE_SWITCHES = ("warmup_stage_epochs", "hard_negative_epoch")
 """The two schedule switches of :class:`HolmesCriterion` (``from_preset(schedule={...})`` takes them)."""
 
-__all__ = ["HolmesCriterion", "HolmesLossDetails", "scaled_switch_epoch"]
+__all__ = ["HolmesCriterion", "HolmesCriterionOverrides", "HolmesLossDetails", "scaled_switch_epoch"]
+
+
+class HolmesCriterionOverrides(TypedDict, total=False):
+    """The keyword overrides of :meth:`HolmesCriterion.from_preset` (each optional): the three parts (modules,
+    or ``None`` to drop a term), the loss weights, the schedule switches, ``validate_args`` and ``distributed``."""
+
+    base: BaseRetrievalLoss
+    inter: EvidentialRetrievalLoss | None
+    intra: IntraVideoEvidentialLoss | None
+    inter_weight: float
+    intra_weight: float
+    warmup_stage_epochs: int
+    hard_negative_epoch: int
+    validate_args: bool | None
+    distributed: bool
 
 
 @dataclass
@@ -124,6 +146,20 @@ def _as_query_video(query_video: object, device: torch.device) -> torch.Tensor:
     ):
         return torch.tensor(list(query_video), dtype=torch.long, device=device)
     raise TypeError(f"query_video must be a tensor or a list of ints, got {type(query_video).__name__}")
+
+
+def _check_not_transposed(frame_sim: torch.Tensor, query_video: object) -> None:
+    """Refuse scores passed as ``[V, Q]`` with the message of :func:`check_score_layout`, before the embeddings
+    are checked (whose message would otherwise blame ``clip_emb``)."""
+    if isinstance(query_video, torch.Tensor) and query_video.dim() in (1, 2):
+        layout = query_video
+    elif isinstance(query_video, Sequence) and not isinstance(query_video, str):
+        layout = torch.empty(len(query_video), device="meta")
+    else:
+        return  # _as_query_video reports it
+    rows, cols = frame_sim.shape
+    if rows != layout.shape[0] and cols == layout.shape[0]:
+        check_score_layout(frame_sim, "frame_sim", layout)
 
 
 def _check_clip_emb(frame_sim: torch.Tensor, clip_sim: torch.Tensor, clip_emb: object) -> None:
@@ -283,7 +319,7 @@ class HolmesCriterion(nn.Module):
         dataset: str | None = None,
         *,
         schedule: int | Mapping[str, int] | None = None,
-        **overrides: object,
+        **overrides: Unpack[HolmesCriterionOverrides],
     ) -> HolmesCriterion:
         """The whole objective of a preset: ``"release"`` or ``"paper"`` (the paper takes its loss weights
         and schedule from the release).
@@ -326,21 +362,28 @@ class HolmesCriterion(nn.Module):
                 raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
         validate = overrides.pop("validate_args", None)
         distributed = bool(overrides.pop("distributed", False))
-        common = {"validate_args": validate, "distributed": distributed}
-        parts: dict[str, object] = {}
-        if "base" not in overrides:
-            parts["base"] = BaseRetrievalLoss.from_settings(
-                BaseRetrievalSettings.from_sections(sections.require("base", owner), weights), **common)
-        if "inter" not in overrides:
-            parts["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, **common)
-        if "intra" not in overrides:
-            parts["intra"] = IntraVideoEvidentialLoss.from_settings(
-                sections.intra, FlexibleOT.from_settings(sections.transport), **common)
-        options: dict[str, object] = {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches,
-                                      **parts, **overrides}
-        base = options.pop("base")
-        return cls(base, options.pop("inter"), options.pop("intra"), total_epochs=total_epochs,  # type: ignore[arg-type]
-                   distributed=distributed, **options)  # type: ignore[arg-type]
+        if "base" in overrides:
+            base = overrides["base"]
+        else:
+            base = BaseRetrievalLoss.from_settings(
+                BaseRetrievalSettings.from_sections(sections.require("base", owner), weights),
+                validate_args=validate, distributed=distributed)
+        if "inter" in overrides:
+            inter = overrides["inter"]
+        else:
+            inter = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
+                                                          distributed=distributed)
+        if "intra" in overrides:
+            intra = overrides["intra"]
+        else:
+            intra = IntraVideoEvidentialLoss.from_settings(sections.intra, FlexibleOT.from_settings(sections.transport),
+                                                           validate_args=validate, distributed=distributed)
+        return cls(base, inter, intra,
+                   inter_weight=overrides.get("inter_weight", weights.inter),
+                   intra_weight=overrides.get("intra_weight", weights.intra),
+                   warmup_stage_epochs=overrides.get("warmup_stage_epochs", switches["warmup_stage_epochs"]),
+                   hard_negative_epoch=overrides.get("hard_negative_epoch", switches["hard_negative_epoch"]),
+                   total_epochs=total_epochs, distributed=distributed)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based); a change is logged at INFO."""
@@ -368,6 +411,57 @@ class HolmesCriterion(nn.Module):
         return (f"inter_weight={self.inter_weight}, intra_weight={self.intra_weight}, "
                 f"warmup_stage_epochs={self.warmup_stage_epochs}, hard_negative_epoch={self.hard_negative_epoch}, "
                 f"epoch={self.epoch}" + (", distributed=True" if self.distributed else ""))
+
+    @overload
+    def forward(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor | Sequence[int],
+        *,
+        query_emb: torch.Tensor,
+        clip_emb: torch.Tensor | None = ...,
+        frame_logits: torch.Tensor | None = ...,
+        clip_logits: torch.Tensor | None = ...,
+        clip_mask: torch.Tensor | None = ...,
+        max_queries: int | None = ...,
+        generator: torch.Generator | None = ...,
+        return_details: Literal[False] = ...,
+    ) -> torch.Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor | Sequence[int],
+        *,
+        query_emb: torch.Tensor,
+        clip_emb: torch.Tensor | None = ...,
+        frame_logits: torch.Tensor | None = ...,
+        clip_logits: torch.Tensor | None = ...,
+        clip_mask: torch.Tensor | None = ...,
+        max_queries: int | None = ...,
+        generator: torch.Generator | None = ...,
+        return_details: Literal[True],
+    ) -> HolmesLossDetails: ...
+
+    @overload
+    def forward(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor | Sequence[int],
+        *,
+        query_emb: torch.Tensor,
+        clip_emb: torch.Tensor | None = ...,
+        frame_logits: torch.Tensor | None = ...,
+        clip_logits: torch.Tensor | None = ...,
+        clip_mask: torch.Tensor | None = ...,
+        max_queries: int | None = ...,
+        generator: torch.Generator | None = ...,
+        return_details: bool = ...,
+    ) -> torch.Tensor | HolmesLossDetails: ...
 
     def forward(
         self,
@@ -441,6 +535,9 @@ class HolmesCriterion(nn.Module):
         return self._forward(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits, clip_logits,
                              clip_mask, max_queries, generator, return_details)
 
+    if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
+        __call__ = forward
+
     def _local_videos(self, positives: torch.Tensor, num_videos: int, clip_emb: torch.Tensor | None,
                       max_queries: int | None) -> tuple[torch.Tensor, int | None]:
         """Under a process group: this rank's captions as indices of its own videos (rows of ``clip_emb``)
@@ -494,6 +591,7 @@ class HolmesCriterion(nn.Module):
         check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
         check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
         check_score_pair_shapes(frame_sim, clip_sim, "frame_sim", "clip_sim")
+        _check_not_transposed(frame_sim, query_video)
         across_ranks = self.distributed and is_distributed()
         if clip_emb is not None:
             if across_ranks:  # this rank's videos: checked against the global columns below
@@ -522,8 +620,9 @@ class HolmesCriterion(nn.Module):
                 raise ValueError("L_intra needs one video per caption: pass query_video as indices [Q]")
             groups = build_intra_video_batch(query_emb, local_videos, clip_emb, clip_mask, max_queries=max_queries,
                                              validate_args=getattr(self.intra, "validate_args", None))
-            out = self.intra(groups.sim, groups.query_mask, groups.clip_mask, return_details=return_details)
-            intra_details, intra = (out, out.loss) if isinstance(out, IntraVideoLossDetails) else (None, out)
+            intra_out = self.intra(groups.sim, groups.query_mask, groups.clip_mask, return_details=return_details)
+            intra_details, intra = ((intra_out, intra_out.loss) if isinstance(intra_out, IntraVideoLossDetails)
+                                    else (None, intra_out))
         total = base + self.inter_weight * inter + self.intra_weight * intra
         if not return_details:
             return total

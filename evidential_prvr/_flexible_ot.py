@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -11,7 +13,6 @@ from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     module_from_settings,
     settings_from_preset,
-    settings_keywords,
     settings_properties,
     settings_repr,
 )
@@ -24,7 +25,28 @@ from evidential_prvr.functional._flexible_ot import (
 )
 from evidential_prvr.presets import module_settings
 
-__all__ = ["FlexibleOT"]
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+__all__ = ["FlexibleOT", "FlexibleOTOverrides"]
+
+
+class FlexibleOTOverrides(TypedDict, total=False):
+    """The keyword overrides of :meth:`FlexibleOT.from_preset`: the fields of
+    :class:`~evidential_prvr.presets.TransportSettings` and ``validate_args`` (each optional)."""
+
+    epsilon: float
+    n_iters: int
+    dustbin_quantile: float | None
+    normalize: str | None
+    minmax_over: str
+    marginals: str
+    grad: str
+    tol: float | None
+    method: str
+    validate_args: bool | None
 
 
 @settings_properties(TransportSettings)
@@ -78,8 +100,35 @@ class FlexibleOT(_SettingsModule):
     Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5.
     """
 
-    @settings_keywords(TransportSettings)
-    def __init__(self, *, settings: TransportSettings, validate_args: bool | None = None) -> None:
+    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of TransportSettings)
+        epsilon: float
+        n_iters: int
+        dustbin_quantile: float | None
+        normalize: str | None
+        minmax_over: str
+        marginals: str
+        grad: str
+        tol: float | None
+        method: str
+        _settings: TransportSettings
+
+    def __init__(
+        self,
+        *,
+        epsilon: float = 0.1,
+        n_iters: int = 50,
+        dustbin_quantile: float | None = 0.3,
+        normalize: str | None = "minmax",
+        minmax_over: str = "block",
+        marginals: str = "release",
+        grad: str = "detach",
+        tol: float | None = None,
+        method: str = "auto",
+        validate_args: bool | None = None,
+    ) -> None:
+        settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                     normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad,
+                                     tol=tol, method=method)
         super().__init__(settings, validate_args)
 
     @classmethod
@@ -88,7 +137,9 @@ class FlexibleOT(_SettingsModule):
         return module_from_settings(cls, TransportSettings, settings, validate_args=validate_args)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> FlexibleOT:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[FlexibleOTOverrides]
+    ) -> FlexibleOT:
         """The release's or the paper's transport (:func:`evidential_prvr.presets.holmes_settings`).
 
         ``"release"``: ε = 0.1, 50 iterations, dustbin at the 0.3 quantile, min-max normalisation over
@@ -123,6 +174,9 @@ class FlexibleOT(_SettingsModule):
         """Solve the flexible transport of every video of ``sim [B, Mq, Mc]`` with the masks
         ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]`` (see :func:`~evidential_prvr.functional.flexible_ot`)."""
         return run_flexible_ot(sim, query_mask, clip_mask, self._settings, return_dustbin_value, self.validate_args)
+
+    if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
+        __call__ = forward
 
     def pot_problem(
         self, sim: torch.Tensor, query_mask: torch.Tensor | None = None, clip_mask: torch.Tensor | None = None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
@@ -12,14 +14,32 @@ from evidential_prvr._overrides import (
     check_settings,
     module_from_settings,
     settings_from_preset,
-    settings_keywords,
     settings_properties,
     settings_repr,
 )
 from evidential_prvr.functional._identification import Identification, IdentificationSettings, run_identify
 from evidential_prvr.presets import module_settings
 
-__all__ = ["UncertaintyGuidedIdentifier"]
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+__all__ = ["IdentifierOverrides", "UncertaintyGuidedIdentifier"]
+
+
+class IdentifierOverrides(TypedDict, total=False):
+    """The keyword overrides of :meth:`UncertaintyGuidedIdentifier.from_preset`: the fields of
+    :class:`~evidential_prvr.presets.IdentificationSettings`, ``validate_args`` and ``distributed``."""
+
+    beta: float
+    tau: float
+    tanh_scaling: str
+    entropy_median: str
+    matched: str
+    fusion: str
+    validate_args: bool | None
+    distributed: bool
 
 
 @settings_properties(IdentificationSettings)
@@ -66,9 +86,29 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
     Holmes (ICML 2026), §3.2, Eq. 10-14.
     """
 
-    @settings_keywords(IdentificationSettings)
-    def __init__(self, *, settings: IdentificationSettings, validate_args: bool | None = None,
-                 distributed: bool = False) -> None:
+    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of IdentificationSettings)
+        beta: float
+        tau: float
+        tanh_scaling: str
+        entropy_median: str
+        matched: str
+        fusion: str
+        _settings: IdentificationSettings
+
+    def __init__(
+        self,
+        *,
+        beta: float = 0.3,
+        tau: float = 0.1,
+        tanh_scaling: str = "inside",
+        entropy_median: str = "candidates",
+        matched: str = "any_positive",
+        fusion: str = "uncertainty_dominant",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+    ) -> None:
+        settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling,
+                                          entropy_median=entropy_median, matched=matched, fusion=fusion)
         super().__init__(settings, validate_args)
         self.distributed = bool(distributed)
 
@@ -84,7 +124,9 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
                                     distributed=distributed)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> UncertaintyGuidedIdentifier:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[IdentifierOverrides]
+    ) -> UncertaintyGuidedIdentifier:
         """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""
         inter = module_settings(preset, dataset).inter
@@ -106,3 +148,6 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
             return run_identify(frame_sim, clip_sim, query_video, self._settings, self.validate_args)
+
+    if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
+        __call__ = forward

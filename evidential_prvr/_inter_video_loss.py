@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING, Literal, TypedDict, overload
+
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
@@ -11,13 +14,36 @@ from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
     settings_from_preset,
-    settings_keywords,
     settings_properties,
 )
 from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, run_inter_video_loss
 from evidential_prvr.presets import module_settings
 
-__all__ = ["EvidentialRetrievalLoss"]
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+__all__ = ["EvidentialRetrievalLoss", "EvidentialRetrievalLossOverrides"]
+
+
+class EvidentialRetrievalLossOverrides(TypedDict, total=False):
+    """The keyword overrides of :meth:`EvidentialRetrievalLoss.from_preset`: the fields of
+    :class:`~evidential_prvr.presets.InterVideoSettings`, ``reduction``, ``validate_args`` and ``distributed``."""
+
+    beta: float
+    tau: float
+    tanh_scaling: str
+    entropy_median: str
+    matched: str
+    fusion: str
+    gamma: float
+    calibrate: bool
+    calibration_set: str
+    terms: tuple[str, ...]
+    reduction: str
+    validate_args: bool | None
+    distributed: bool
 
 
 @settings_properties(InterVideoSettings)
@@ -78,9 +104,39 @@ class EvidentialRetrievalLoss(_SettingsLoss):
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
 
-    @settings_keywords(InterVideoSettings)
-    def __init__(self, *, settings: InterVideoSettings, reduction: str = "mean",
-                 validate_args: bool | None = None, distributed: bool = False) -> None:
+    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of InterVideoSettings)
+        beta: float
+        tau: float
+        tanh_scaling: str
+        entropy_median: str
+        matched: str
+        fusion: str
+        gamma: float
+        calibrate: bool
+        calibration_set: str
+        terms: tuple[str, ...]
+        _settings: InterVideoSettings
+
+    def __init__(
+        self,
+        *,
+        beta: float = 0.3,
+        tau: float = 0.1,
+        tanh_scaling: str = "inside",
+        entropy_median: str = "candidates",
+        matched: str = "any_positive",
+        fusion: str = "uncertainty_dominant",
+        gamma: float = 0.2,
+        calibrate: bool = True,
+        calibration_set: str = "refined",
+        terms: tuple[str, ...] = ("frame", "clip", "fused"),
+        reduction: str = "mean",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+    ) -> None:
+        settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                      matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
+                                      calibration_set=calibration_set, terms=terms)
         super().__init__(settings, reduction, validate_args)
         self.distributed = bool(distributed)
 
@@ -92,7 +148,9 @@ class EvidentialRetrievalLoss(_SettingsLoss):
                                     distributed=distributed)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> EvidentialRetrievalLoss:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[EvidentialRetrievalLossOverrides]
+    ) -> EvidentialRetrievalLoss:
         """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides`` (e.g. ``calibrate=False``) replace preset values, an
         unknown one raises ``TypeError``.
@@ -115,6 +173,18 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         :func:`~evidential_prvr.functional.inter_video_loss` as one object."""
         return self._settings
 
+    @overload
+    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
+                return_details: Literal[False] = ..., *, calibrate: bool | None = ...) -> torch.Tensor: ...
+
+    @overload
+    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
+                return_details: Literal[True], *, calibrate: bool | None = ...) -> InterVideoLossDetails: ...
+
+    @overload
+    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
+                return_details: bool = ..., *, calibrate: bool | None = ...) -> torch.Tensor | InterVideoLossDetails: ...
+
     def forward(
         self,
         frame_sim: torch.Tensor,
@@ -133,3 +203,6 @@ class EvidentialRetrievalLoss(_SettingsLoss):
                                                           query_video)
             return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
                                         return_details, self.validate_args, calibrate=calibrate)
+
+    if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
+        __call__ = forward

@@ -4,18 +4,39 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from typing import TYPE_CHECKING, Literal, TypedDict, overload
 
 import torch
 
 from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import _SettingsLoss
-from evidential_prvr._overrides import check_settings, override_settings, settings_keywords, settings_properties
-from evidential_prvr.functional._intra_video import IntraVideoLossDetails, IntraVideoSettings, run_intra_video_loss
+from evidential_prvr._overrides import check_settings, override_settings, settings_properties
 from evidential_prvr.distributed import is_distributed
+from evidential_prvr.functional._intra_video import IntraVideoLossDetails, IntraVideoSettings, run_intra_video_loss
 from evidential_prvr.presets import module_settings
 
-__all__ = ["IntraVideoEvidentialLoss"]
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:
+    from typing_extensions import Unpack
+
+__all__ = ["IntraVideoEvidentialLoss", "IntraVideoEvidentialLossOverrides"]
+
+
+class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
+    """The keyword overrides of :meth:`IntraVideoEvidentialLoss.from_preset`: the fields of
+    :class:`~evidential_prvr.presets.IntraVideoSettings`, ``fot``, ``reduction``, ``validate_args`` and
+    ``distributed``."""
+
+    tau: float
+    tanh_scaling: str
+    assignment: str
+    fot: FlexibleOT | None
+    reduction: str
+    validate_args: bool | None
+    distributed: bool
 
 
 @settings_properties(IntraVideoSettings)
@@ -62,9 +83,24 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
 
-    @settings_keywords(IntraVideoSettings)
-    def __init__(self, fot: FlexibleOT | None = None, *, settings: IntraVideoSettings, reduction: str = "mean",
-                 validate_args: bool | None = None, distributed: bool = False) -> None:
+    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of IntraVideoSettings)
+        tau: float
+        tanh_scaling: str
+        assignment: str
+        _settings: IntraVideoSettings
+
+    def __init__(
+        self,
+        fot: FlexibleOT | None = None,
+        *,
+        tau: float = 0.06,
+        tanh_scaling: str = "outside",
+        assignment: str = "fot",
+        reduction: str = "mean",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+    ) -> None:
+        settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
         self._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
 
     def _init(self, settings: IntraVideoSettings, fot: FlexibleOT, reduction: str, validate_args: bool | None,
@@ -88,7 +124,9 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         return module
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> IntraVideoEvidentialLoss:
+    def from_preset(
+        cls, preset: str, dataset: str | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
+    ) -> IntraVideoEvidentialLoss:
         """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's).
 
@@ -102,11 +140,27 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         settings, extras = override_settings(sections.intra, overrides, cls.__name__,
                                              ("fot", "reduction", "validate_args", "distributed"))
         fot = extras.pop("fot") if "fot" in extras else FlexibleOT.from_settings(sections.transport)
-        return cls.from_settings(settings, fot, **extras)  # type: ignore[arg-type]
+        return cls.from_settings(settings, fot, **extras)
 
     def settings(self) -> IntraVideoSettings:
         """The evidence settings (frozen); the transport's are ``self.fot.settings()``."""
         return self._settings
+
+    @overload
+    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None = ..., clip_mask: torch.Tensor | None = ...,
+                return_details: Literal[False] = ...) -> torch.Tensor: ...
+
+    @overload
+    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None, clip_mask: torch.Tensor | None,
+                return_details: Literal[True]) -> IntraVideoLossDetails: ...
+
+    @overload
+    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None = ..., clip_mask: torch.Tensor | None = ...,
+                *, return_details: Literal[True]) -> IntraVideoLossDetails: ...
+
+    @overload
+    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None = ..., clip_mask: torch.Tensor | None = ...,
+                return_details: bool = ...) -> torch.Tensor | IntraVideoLossDetails: ...
 
     def forward(
         self,
@@ -137,3 +191,6 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
             if self.reduction == "mean":
                 loss = loss / has_query.sum().clamp_min(1).to(per_video.dtype)
         return dataclasses.replace(details, loss=loss) if return_details else loss
+
+    if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
+        __call__ = forward

@@ -10,9 +10,7 @@ refusing unknown names with a ``TypeError``.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TypeVar
 
 __all__ = [
@@ -21,7 +19,6 @@ __all__ = [
     "settings_from_preset",
     "check_settings",
     "module_from_settings",
-    "settings_keywords",
     "settings_properties",
     "settings_repr",
 ]
@@ -66,43 +63,6 @@ def check_settings(settings: object, settings_class: type) -> None:
         name = settings_class.__name__
         article = "an" if name[0] in "AEIOU" else "a"
         raise TypeError(f"settings must be {article} {name}, got {type(settings).__name__}")
-
-
-def settings_keywords(
-    schema: type, *, param: str = "settings", fields: Collection[str] | None = None
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: the fields of ``schema`` become keyword-only arguments of the decorated callable.
-
-    The callable declares one keyword-only parameter ``param`` in their place and receives
-    ``schema(**given)``: the dataclass's defaults fill the fields not given and its checks run once.
-    ``fields`` (names, in the order the signature lists them) narrows the arguments to a subset,
-    the others keep their defaults. The public signature (``help``, :func:`inspect.signature`, Sphinx)
-    lists the fields with their defaults; the parameter list is written once, in the dataclass.
-    """
-    names = tuple(f.name for f in dataclasses.fields(schema)) if fields is None else tuple(fields)
-    fields_of = {f.name: f for f in dataclasses.fields(schema)}
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())
-        at = [p.name for p in params].index(param)
-        if params[at].kind is not inspect.Parameter.KEYWORD_ONLY:
-            raise TypeError(f"{fn.__qualname__}: {param!r} must be keyword-only")
-        keywords = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=fields_of[n].default,
-                                      annotation=fields_of[n].type) for n in names]
-
-        @functools.wraps(fn)
-        def with_settings(*args: Any, **kwargs: Any) -> Any:
-            if param in kwargs:
-                raise TypeError(f"{fn.__qualname__}() got an unexpected keyword argument {param!r}")
-            given = {n: kwargs.pop(n) for n in names if n in kwargs}
-            return fn(*args, **kwargs, **{param: schema(**given)})
-
-        with_settings.__signature__ = signature.replace(  # type: ignore[attr-defined]
-            parameters=[*params[:at], *keywords, *params[at + 1:]])
-        return with_settings
-
-    return decorate
 
 
 def module_from_settings(cls: type[M], settings_class: type, settings: Any, **keywords: Any) -> M:

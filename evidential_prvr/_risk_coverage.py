@@ -37,8 +37,8 @@ from typing import NamedTuple
 
 import torch
 
-from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import as_mask, check_finite, check_same_device, check_tensor, should_validate
+from evidential_prvr._docs import insert_docs
 
 __all__ = ["RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc", "selective_recall"]
 

@@ -17,13 +17,17 @@ their single-process gradient, so that DDP's mean over the ranks gives the singl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 __all__ = ["is_distributed", "gather_sizes", "rank_offset", "gather_with_grad"]
 
-def is_distributed(group: object | None = None) -> bool:
+def is_distributed(group: ProcessGroup | None = None) -> bool:
     """Whether ``torch.distributed`` is initialised with more than one process (in ``group``).
 
     Examples
@@ -35,7 +39,7 @@ def is_distributed(group: object | None = None) -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
 
 
-def gather_sizes(size: int, device: torch.device | str = "cpu", group: object | None = None) -> list[int]:
+def gather_sizes(size: int, device: torch.device | str = "cpu", group: ProcessGroup | None = None) -> list[int]:
     """The ``size`` of every rank, in rank order: one ``all_gather`` of one integer (a host
     synchronisation). Without a process group: ``[size]``.
 
@@ -53,7 +57,7 @@ def gather_sizes(size: int, device: torch.device | str = "cpu", group: object | 
     return [int(v) for v in torch.cat(out).tolist()]
 
 
-def rank_offset(sizes: Sequence[int], rank: int | None = None, group: object | None = None) -> int:
+def rank_offset(sizes: Sequence[int], rank: int | None = None, group: ProcessGroup | None = None) -> int:
     """Index of this rank's (or ``rank``'s) first row in the global batch: the sum of the ``sizes`` of
     the lower ranks (e.g. add it to local video indices to get the global labels).
 
@@ -81,14 +85,14 @@ class _GatherPadded(torch.autograd.Function):
     whole gradient and keeps its block)."""
 
     @staticmethod
-    def forward(ctx, tensor: torch.Tensor, group: object | None) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, tensor: torch.Tensor, group: ProcessGroup | None) -> torch.Tensor:
         ctx.group = group
         out = tensor.new_empty((dist.get_world_size(group) * tensor.shape[0], *tensor.shape[1:]))
         _ALL_GATHER_SINGLE(out, tensor.contiguous(), group=group)
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         world, rank = dist.get_world_size(ctx.group), dist.get_rank(ctx.group)
         grad = grad.contiguous()
         block = grad.shape[0] // world
@@ -100,7 +104,7 @@ class _GatherPadded(torch.autograd.Function):
         return grad[rank * block:(rank + 1) * block], None
 
 
-def _all_gather_padded(tensor: torch.Tensor, sizes: Sequence[int], group: object | None) -> torch.Tensor:
+def _all_gather_padded(tensor: torch.Tensor, sizes: Sequence[int], group: ProcessGroup | None) -> torch.Tensor:
     """All ranks' ``tensor`` (dim 0 of length ``sizes[rank]``) concatenated along dim 0, differentiable
     when ``tensor`` requires a gradient. Uneven sizes are padded to the largest and cut back."""
     longest = max(sizes)
@@ -118,7 +122,7 @@ def _all_gather_padded(tensor: torch.Tensor, sizes: Sequence[int], group: object
 
 
 def gather_with_grad(tensor: torch.Tensor, dim: int = 0, *, sizes: Sequence[int] | None = None,
-                     group: object | None = None) -> torch.Tensor:
+                     group: ProcessGroup | None = None) -> torch.Tensor:
     """Every rank's ``tensor`` concatenated along ``dim`` in rank order, differentiable.
 
     The backward pass returns to each rank the sum over the ranks of the gradient of its slice (what

@@ -18,7 +18,13 @@ import numpy as np
 import torch
 
 from evidential_prvr._checks import check_finite, check_index_vector, check_positive_int, check_tensor
-from evidential_prvr._paired_comparison import LOWER_IS_BETTER, RunComparison, compare_runs, hierarchical_bootstrap, run_metric
+from evidential_prvr._paired_comparison import (
+    LOWER_IS_BETTER,
+    RunComparison,
+    compare_runs,
+    hierarchical_bootstrap,
+    run_metric,
+)
 from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall
 
 __all__ = ["recall_at_k", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -418,7 +419,7 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
     )
 
 
-def apply_overrides(kwargs: dict[str, Any], overrides: dict[str, Any], owner: str) -> dict[str, Any]:
+def apply_overrides(kwargs: dict[str, Any], overrides: Mapping[str, Any], owner: str) -> dict[str, Any]:
     """``kwargs`` updated with ``overrides``; an override that is not a parameter raises ``TypeError``.
 
     Used by every ``from_preset`` so that a misspelt override fails loudly instead of being ignored.

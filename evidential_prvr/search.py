@@ -21,8 +21,8 @@ forms the opinions over the top-k (Holmes Eq. 3-5, 7, 9, 16).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

@@ -52,7 +52,7 @@ def recall_at_1(cost):
 with torch.no_grad():
     print(f"R@1 before training: {recall_at_1(dab.cost(text[test], video_tokens[test])):.2f}")
 losses = []
-for step in range(300):
+for _step in range(300):
     batch = train[torch.randperm(len(train))[:64]]
     out = dab(text[batch], video_tokens[batch])  # text i describes video i
     optimizer.zero_grad()

@@ -11,10 +11,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import integrate, special, stats
 
-from evidential_prvr.functional import evidence, expected_entropy, label_consistency, opinion
-from evidential_prvr.functional import correctly_matched, positive_mask
+from evidential_prvr.functional import (
+    correctly_matched,
+    evidence,
+    expected_entropy,
+    label_consistency,
+    opinion,
+    positive_mask,
+)
 from tests.strategies.evidential import dirichlet_alphas, multi_hot_targets, similarity_batches
-
 
 # --- evidence (Eq. 3) -------------------------------------------------------------------------------
 

@@ -26,7 +26,6 @@ from evidential_prvr import functional as F
 from evidential_prvr.presets import holmes_settings
 from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
 
-
 # +inf (or -inf for the consistency) switches a test of the three-fold rule off: a documented value, not an overflow
 _DISABLED = {"uncertainty": math.inf, "consistency": -math.inf, "aleatoric": math.inf, "runner_up": math.inf}
 

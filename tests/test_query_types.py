@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evidential_prvr import QueryType
-from evidential_prvr.uncertainty import QueryTypeThresholds
 from evidential_prvr.functional import (
     batch_rule_query_types,
     fit_query_thresholds,
@@ -20,6 +19,7 @@ from evidential_prvr.functional import (
     identify_query_types,
     macro_f1,
 )
+from evidential_prvr.uncertainty import QueryTypeThresholds
 from tests.strategies.selective import gallery_scores, identification_features
 
 P, N, U = int(QueryType.PRECISE), int(QueryType.POLYSEMOUS), int(QueryType.UNDERDETERMINED)

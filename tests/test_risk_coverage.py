@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from evidential_prvr.metrics import augrc, aurc, e_aurc, risk_coverage, selective_recall
 from tests.strategies.selective import selective_problems
 
-
 # --- independent reference: one threshold per unique value, explicit loops -----------------------------------
 
 

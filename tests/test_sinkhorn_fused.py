@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from evidential_prvr import FlexibleOT
-from evidential_prvr.functional import flexible_ot, sinkhorn
 from evidential_prvr.functional import _sinkhorn_fused as fused
+from evidential_prvr.functional import flexible_ot, sinkhorn
 from evidential_prvr.functional._sinkhorn import _iterate_scaling
 from tests.pot_reference import assert_plans_match_pot
 

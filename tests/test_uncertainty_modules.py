@@ -9,13 +9,13 @@ import torch
 
 import evidential_prvr
 from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, SelectiveConfidence
-from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
 from evidential_prvr.functional import (
     gallery_opinion,
     kl_margin,
     pairwise_gaussian_kl,
     selective_confidence,
 )
+from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
 
 
 def _scores(q=12, v=9, seed=0):

@@ -68,10 +68,10 @@ def render_presets_rst() -> str:
 
 
 def setup(app):  # pragma: no cover - exercised by the Sphinx build
+    from docutils import nodes
     from docutils.statemachine import StringList
     from sphinx.util.docutils import SphinxDirective
     from sphinx.util.nodes import nested_parse_with_titles
-    from docutils import nodes
 
     class HolmesPresets(SphinxDirective):
         has_content = False

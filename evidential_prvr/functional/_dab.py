@@ -12,7 +12,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 from evidential_prvr._checks import (
     check_in_range,
     check_positive,
@@ -22,6 +21,7 @@ from evidential_prvr._checks import (
     check_tensor,
     compute_dtype,
 )
+from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 
 __all__ = [
     "pac_loss",

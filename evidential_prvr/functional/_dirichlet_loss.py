@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from evidential_prvr._checks import check_choice, check_finite, check_same_device, check_tensor, compute_dtype, should_validate
+from evidential_prvr._checks import (
+    check_choice,
+    check_finite,
+    check_same_device,
+    check_tensor,
+    compute_dtype,
+    should_validate,
+)
 from evidential_prvr.functional._evidence import check_alpha
 
 __all__ = ["REDUCTIONS", "dirichlet_mse_loss"]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from evidential_prvr._docs import finite_check, insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
@@ -25,6 +24,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._docs import finite_check, insert_docs
 from evidential_prvr.functional._targets import normalized_target, positive_mask
 
 __all__ = ["Opinion", "TANH_SCALINGS", "evidence", "opinion", "expected_entropy", "label_consistency"]

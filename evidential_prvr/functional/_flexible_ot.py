@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from evidential_prvr._overrides import settings_keywords
 from evidential_prvr._checks import (
     as_mask,
     check_choice,
@@ -205,13 +204,20 @@ POT_FIELDS = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_ove
 """The transport settings that shape the problem POT solves (not the solver's own ``tol``, ``grad``, ``method``)."""
 
 
-@settings_keywords(TransportSettings)
 def flexible_ot(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
-    settings: TransportSettings,
+    epsilon: float = 0.1,
+    n_iters: int = 50,
+    dustbin_quantile: float | None = 0.3,
+    normalize: str | None = "minmax",
+    minmax_over: str = "block",
+    marginals: str = "release",
+    grad: str = "detach",
+    tol: float | None = None,
+    method: str = "auto",
     return_dustbin_value: bool = False,
     validate_args: bool | None = None,
 ) -> FlexibleOTResult:
@@ -305,6 +311,9 @@ def flexible_ot(
     Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; Sarlin et al., "SuperGlue: Learning Feature
     Matching with Graph Neural Networks", CVPR 2020 (the dustbin and its marginals).
     """
+    settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                 normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad, tol=tol,
+                                 method=method)
     return run_flexible_ot(sim, query_mask, clip_mask, settings, return_dustbin_value, validate_args)
 
 
@@ -455,13 +464,17 @@ def _flexible_ot(
 
 
 @torch.no_grad()
-@settings_keywords(TransportSettings, fields=POT_FIELDS)
 def flexible_ot_pot_problems(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
-    settings: TransportSettings,
+    epsilon: float = 0.1,
+    n_iters: int = 50,
+    dustbin_quantile: float | None = 0.3,
+    normalize: str | None = "minmax",
+    minmax_over: str = "block",
+    marginals: str = "release",
 ) -> list[POTProblem]:
     """Per video, the ``(a, b, M, reg)`` that ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")``
     solves to the same plan as :func:`flexible_ot` with the same settings (at convergence; with the
@@ -481,6 +494,8 @@ def flexible_ot_pot_problems(
     ----------
     Holmes (ICML 2026), Eq. 20; Flamary et al., "POT: Python Optimal Transport", JMLR 2021.
     """
+    settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                 normalize=normalize, minmax_over=minmax_over, marginals=marginals)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, True)
     x = fot_similarity(sim.detach().to(torch.float64), valid, settings, dense)
     a_all, b_all = _fot_marginals(qmask, cmask, torch.float64, settings)

@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 import torch
 
-from evidential_prvr._docs import finite_check, insert_docs
 from evidential_prvr._checks import (
     check_finite,
     check_nonempty,
@@ -26,6 +25,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._docs import finite_check, insert_docs
 
 __all__ = [
     "DiagonalGaussian",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
@@ -21,6 +20,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 
 __all__ = [
     "biased_max_similarity",

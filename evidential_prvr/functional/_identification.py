@@ -13,8 +13,6 @@ from enum import IntEnum
 
 import torch
 
-from evidential_prvr._overrides import settings_keywords
-from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
@@ -25,6 +23,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._docs import insert_docs
 from evidential_prvr.functional._evidence import (
     TANH_SCALINGS,
     _evidence,
@@ -246,13 +245,17 @@ def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, v
 
 
 @insert_docs(score_pair=SCORE_PAIR)
-@settings_keywords(IdentificationSettings)
 def identify(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     *,
-    settings: IdentificationSettings,
+    beta: float = 0.3,
+    tau: float = 0.1,
+    tanh_scaling: str = "inside",
+    entropy_median: str = "candidates",
+    matched: str = "any_positive",
+    fusion: str = "uncertainty_dominant",
     validate_args: bool | None = None,
 ) -> Identification:
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
@@ -311,6 +314,8 @@ def identify(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 10-14.
     """
+    settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                      matched=matched, fusion=fusion)
     return run_identify(frame_sim, clip_sim, query_video, settings, validate_args)
 
 

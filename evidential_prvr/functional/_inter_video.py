@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 
-from evidential_prvr._overrides import settings_keywords
-from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
+from evidential_prvr._docs import insert_docs
 from evidential_prvr.functional._dempster_shafer import _ds_combine
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse, reduce_rows
 from evidential_prvr.functional._evidence import _evidence
@@ -236,14 +236,88 @@ def check_terms(terms: object) -> tuple[str, ...]:
     return tuple(terms)
 
 
-@insert_docs(score_pair=SCORE_PAIR)
-@settings_keywords(InterVideoSettings)
+@overload
 def inter_video_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     *,
-    settings: InterVideoSettings,
+    beta: float = ...,
+    tau: float = ...,
+    tanh_scaling: str = ...,
+    entropy_median: str = ...,
+    matched: str = ...,
+    fusion: str = ...,
+    gamma: float = ...,
+    calibrate: bool = ...,
+    calibration_set: str = ...,
+    terms: tuple[str, ...] = ...,
+    reduction: str = ...,
+    return_details: Literal[False] = ...,
+    validate_args: bool | None = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def inter_video_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    beta: float = ...,
+    tau: float = ...,
+    tanh_scaling: str = ...,
+    entropy_median: str = ...,
+    matched: str = ...,
+    fusion: str = ...,
+    gamma: float = ...,
+    calibrate: bool = ...,
+    calibration_set: str = ...,
+    terms: tuple[str, ...] = ...,
+    reduction: str = ...,
+    return_details: Literal[True],
+    validate_args: bool | None = ...,
+) -> InterVideoLossDetails: ...
+
+
+@overload
+def inter_video_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    beta: float = ...,
+    tau: float = ...,
+    tanh_scaling: str = ...,
+    entropy_median: str = ...,
+    matched: str = ...,
+    fusion: str = ...,
+    gamma: float = ...,
+    calibrate: bool = ...,
+    calibration_set: str = ...,
+    terms: tuple[str, ...] = ...,
+    reduction: str = ...,
+    return_details: bool = ...,
+    validate_args: bool | None = ...,
+) -> torch.Tensor | InterVideoLossDetails: ...
+
+
+@insert_docs(score_pair=SCORE_PAIR)
+def inter_video_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    beta: float = 0.3,
+    tau: float = 0.1,
+    tanh_scaling: str = "inside",
+    entropy_median: str = "candidates",
+    matched: str = "any_positive",
+    fusion: str = "uncertainty_dominant",
+    gamma: float = 0.2,
+    calibrate: bool = True,
+    calibration_set: str = "refined",
+    terms: tuple[str, ...] = ("frame", "clip", "fused"),
     reduction: str = "mean",
     return_details: bool = False,
     validate_args: bool | None = None,
@@ -301,6 +375,9 @@ def inter_video_loss(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
+    settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                  matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
+                                  calibration_set=calibration_set, terms=terms)
     return run_inter_video_loss(frame_sim, clip_sim, query_video, settings, reduction, return_details, validate_args)
 
 

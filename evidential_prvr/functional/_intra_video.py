@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 
-from evidential_prvr._overrides import settings_keywords
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse
 from evidential_prvr.functional._evidence import TANH_SCALINGS, _evidence
@@ -113,15 +113,91 @@ class IntraVideoLossDetails:
     transport: FlexibleOTResult | None
 
 
-@settings_keywords(IntraVideoSettings)
-@settings_keywords(TransportSettings, param="transport", fields=INTRA_TRANSPORT_FIELDS)
+@overload
+def intra_video_loss(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None = ...,
+    clip_mask: torch.Tensor | None = ...,
+    *,
+    tau: float = ...,
+    tanh_scaling: str = ...,
+    assignment: str = ...,
+    epsilon: float = ...,
+    n_iters: int = ...,
+    dustbin_quantile: float | None = ...,
+    normalize: str | None = ...,
+    minmax_over: str = ...,
+    marginals: str = ...,
+    tol: float | None = ...,
+    method: str = ...,
+    reduction: str = ...,
+    return_details: Literal[False] = ...,
+    validate_args: bool | None = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def intra_video_loss(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None = ...,
+    clip_mask: torch.Tensor | None = ...,
+    *,
+    tau: float = ...,
+    tanh_scaling: str = ...,
+    assignment: str = ...,
+    epsilon: float = ...,
+    n_iters: int = ...,
+    dustbin_quantile: float | None = ...,
+    normalize: str | None = ...,
+    minmax_over: str = ...,
+    marginals: str = ...,
+    tol: float | None = ...,
+    method: str = ...,
+    reduction: str = ...,
+    return_details: Literal[True],
+    validate_args: bool | None = ...,
+) -> IntraVideoLossDetails: ...
+
+
+@overload
+def intra_video_loss(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None = ...,
+    clip_mask: torch.Tensor | None = ...,
+    *,
+    tau: float = ...,
+    tanh_scaling: str = ...,
+    assignment: str = ...,
+    epsilon: float = ...,
+    n_iters: int = ...,
+    dustbin_quantile: float | None = ...,
+    normalize: str | None = ...,
+    minmax_over: str = ...,
+    marginals: str = ...,
+    tol: float | None = ...,
+    method: str = ...,
+    reduction: str = ...,
+    return_details: bool = ...,
+    validate_args: bool | None = ...,
+) -> torch.Tensor | IntraVideoLossDetails: ...
+
+
 def intra_video_loss(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
-    settings: IntraVideoSettings,
-    transport: TransportSettings,
+    tau: float = 0.06,
+    tanh_scaling: str = "outside",
+    assignment: str = "fot",
+    epsilon: float = 0.1,
+    n_iters: int = 50,
+    dustbin_quantile: float | None = 0.3,
+    normalize: str | None = "minmax",
+    minmax_over: str = "block",
+    marginals: str = "release",
+    tol: float | None = None,
+    method: str = "auto",
     reduction: str = "mean",
     return_details: bool = False,
     validate_args: bool | None = None,
@@ -188,6 +264,10 @@ def intra_video_loss(
     ----------
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
+    settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
+    transport = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                  normalize=normalize, minmax_over=minmax_over, marginals=marginals, tol=tol,
+                                  method=method)
     return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, return_details,
                                 validate_args)
 

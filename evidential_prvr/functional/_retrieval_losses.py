@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
 
-from evidential_prvr._overrides import settings_keywords
-from evidential_prvr._docs import insert_docs
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
@@ -34,6 +32,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._numerics import normalize_rows
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, reduce_rows
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
@@ -546,7 +545,84 @@ BASE_RETRIEVAL_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_w
 (``hard_negative_topk`` is its own argument there: ``None`` means random negatives)."""
 
 
-@settings_keywords(BaseRetrievalSettings, fields=BASE_RETRIEVAL_FIELDS)
+@overload
+def base_retrieval_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_emb: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    frame_logits: torch.Tensor | None = ...,
+    clip_logits: torch.Tensor | None = ...,
+    margin: float = ...,
+    frame_nce_weight: float = ...,
+    clip_nce_weight: float = ...,
+    div_weight: float = ...,
+    div_alpha: float = ...,
+    div_delta: float = ...,
+    div_lambda: float = ...,
+    video_negative: str = ...,
+    nce_video_to_text: str = ...,
+    hard_negative_topk: int | None = ...,
+    generator: torch.Generator | None = ...,
+    reduction: str = ...,
+    return_details: Literal[False] = ...,
+    validate_args: bool | None = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def base_retrieval_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_emb: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    frame_logits: torch.Tensor | None = ...,
+    clip_logits: torch.Tensor | None = ...,
+    margin: float = ...,
+    frame_nce_weight: float = ...,
+    clip_nce_weight: float = ...,
+    div_weight: float = ...,
+    div_alpha: float = ...,
+    div_delta: float = ...,
+    div_lambda: float = ...,
+    video_negative: str = ...,
+    nce_video_to_text: str = ...,
+    hard_negative_topk: int | None = ...,
+    generator: torch.Generator | None = ...,
+    reduction: str = ...,
+    return_details: Literal[True],
+    validate_args: bool | None = ...,
+) -> BaseRetrievalLossDetails: ...
+
+
+@overload
+def base_retrieval_loss(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_emb: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    frame_logits: torch.Tensor | None = ...,
+    clip_logits: torch.Tensor | None = ...,
+    margin: float = ...,
+    frame_nce_weight: float = ...,
+    clip_nce_weight: float = ...,
+    div_weight: float = ...,
+    div_alpha: float = ...,
+    div_delta: float = ...,
+    div_lambda: float = ...,
+    video_negative: str = ...,
+    nce_video_to_text: str = ...,
+    hard_negative_topk: int | None = ...,
+    generator: torch.Generator | None = ...,
+    reduction: str = ...,
+    return_details: bool = ...,
+    validate_args: bool | None = ...,
+) -> torch.Tensor | BaseRetrievalLossDetails: ...
+
+
 def base_retrieval_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
@@ -555,7 +631,15 @@ def base_retrieval_loss(
     *,
     frame_logits: torch.Tensor | None = None,
     clip_logits: torch.Tensor | None = None,
-    settings: BaseRetrievalSettings,
+    margin: float = 0.2,
+    frame_nce_weight: float = 0.04,
+    clip_nce_weight: float = 0.02,
+    div_weight: float = 0.003,
+    div_alpha: float = 32.0,
+    div_delta: float = 0.2,
+    div_lambda: float = 1.0,
+    video_negative: str = "hardest",
+    nce_video_to_text: str = "release",
     hard_negative_topk: int | None = None,
     generator: torch.Generator | None = None,
     reduction: str = "mean",
@@ -620,6 +704,10 @@ def base_retrieval_loss(
     ----------
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
+    settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight, clip_nce_weight=clip_nce_weight,
+                                     div_weight=div_weight, div_alpha=div_alpha, div_delta=div_delta,
+                                     div_lambda=div_lambda, video_negative=video_negative,
+                                     nce_video_to_text=nce_video_to_text)
     if hard_negative_topk is not None:
         settings = dataclasses.replace(settings, hard_negative_topk=hard_negative_topk)
     return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings,

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr._checks import check_positive_int, check_tensor
+from evidential_prvr._docs import FINITE_INPUTS, insert_docs
+from evidential_prvr.functional._gaussian import DiagonalGaussian, pairwise_gaussian_kl
 from evidential_prvr.probabilistic._common import (
     DEFAULT_LOGVAR_BOUNDS,
     _InputChecks,
@@ -26,7 +27,6 @@ from evidential_prvr.probabilistic._dab import (
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
 )
-from evidential_prvr.functional._gaussian import DiagonalGaussian, pairwise_gaussian_kl
 
 __all__ = ["DABAlignment", "DABAlignmentOutput", "DABGaussians"]
 
@@ -163,11 +163,12 @@ class DABAlignment(_InputChecks):
         if not isinstance(share_head, bool):
             raise TypeError(f"share_head must be a bool, got {type(share_head).__name__}")
         self.dim_in = dim_in
-        checks = {"logvar_bounds": logvar_bounds, "validate_args": validate_args}
-        self.text_head = GaussianEmbeddingHead(dim_in, dim, **checks)
-        self.video_head = self.text_head if share_head else GaussianEmbeddingHead(dim_in, dim, **checks)
-        self.token_head = TokenUncertaintyHead(dim_in, dim, **checks)
-        self.bridge = DistributionBridge(dim, n_steps, total_steps, step_range, **checks)
+        self.text_head = GaussianEmbeddingHead(dim_in, dim, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        self.video_head = self.text_head if share_head else GaussianEmbeddingHead(
+            dim_in, dim, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        self.token_head = TokenUncertaintyHead(dim_in, dim, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        self.bridge = DistributionBridge(dim, n_steps, total_steps, step_range, logvar_bounds=logvar_bounds,
+                                         validate_args=validate_args)
         self.pac = ProbabilisticAlignmentContrastiveLoss(tau, validate_args)
 
     def gaussians(

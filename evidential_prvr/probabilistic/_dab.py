@@ -12,22 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr._checks import check_positive, check_tensor
-from evidential_prvr.probabilistic._common import (
-    _InputChecks,
-    check_inputs,
-    DEFAULT_LOGVAR_BOUNDS,
-    check_bounds,
-    check_dim,
-    check_features,
-    check_sizes,
-    check_token_mask,
-    hidden_size,
-    key_padding,
-    masked_mean,
-    to_module_dtype,
-)
+from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr.functional._dab import (
     bridge_step_sizes,
     combine_video_log_variances,
@@ -35,6 +21,20 @@ from evidential_prvr.functional._dab import (
     sinusoidal_time_embedding,
 )
 from evidential_prvr.functional._gaussian import DiagonalGaussian, _check_gaussian
+from evidential_prvr.probabilistic._common import (
+    DEFAULT_LOGVAR_BOUNDS,
+    _InputChecks,
+    check_bounds,
+    check_dim,
+    check_features,
+    check_inputs,
+    check_sizes,
+    check_token_mask,
+    hidden_size,
+    key_padding,
+    masked_mean,
+    to_module_dtype,
+)
 
 __all__ = [
     "GaussianEmbeddingHead",

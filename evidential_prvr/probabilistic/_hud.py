@@ -13,26 +13,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr._checks import check_choice, check_positive, check_positive_int
-from evidential_prvr.probabilistic._common import (
-    _InputChecks,
-    check_inputs,
-    DEFAULT_LOGVAR_BOUNDS,
-    check_bounds,
-    check_features,
-    check_sizes,
-    check_token_mask,
-    hidden_size,
-    key_padding,
-    to_module_dtype,
-)
+from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import (
     TOKEN_MATCHING,
     batch_classification_loss,
     biased_max_similarity,
     holistic_atomistic_consistency_loss,
+)
+from evidential_prvr.probabilistic._common import (
+    DEFAULT_LOGVAR_BOUNDS,
+    _InputChecks,
+    check_bounds,
+    check_features,
+    check_inputs,
+    check_sizes,
+    check_token_mask,
+    hidden_size,
+    key_padding,
+    to_module_dtype,
 )
 
 __all__ = [

@@ -23,8 +23,13 @@ from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import max_token_similarity
 from evidential_prvr.presets import apply_overrides
 from evidential_prvr.probabilistic._common import check_dim, check_inputs, check_token_mask, masked_mean
-from evidential_prvr.probabilistic._hud import BatchClassificationLoss, BiasedMaxSimilarity, ComposeByWeights
-from evidential_prvr.probabilistic._hud import HolisticAtomisticConsistencyLoss, ProbabilisticTextEmbedding
+from evidential_prvr.probabilistic._hud import (
+    BatchClassificationLoss,
+    BiasedMaxSimilarity,
+    ComposeByWeights,
+    HolisticAtomisticConsistencyLoss,
+    ProbabilisticTextEmbedding,
+)
 
 __all__ = [
     "QueryTokenAttention",
@@ -501,18 +506,17 @@ class HUDObjective(nn.Module):
         self.num_samples, self.tau, self.kappa = num_samples, float(tau), float(kappa)
         self.switches = switches
         self.validate_args = validate_args
-        checks = {"validate_args": validate_args}
         self.video_projection = nn.Linear(dim, holistic_dim)
         self.text_projection = nn.Linear(dim, holistic_dim)
-        self.text_embedding = ProbabilisticTextEmbedding(holistic_dim, num_heads=num_heads, **checks)
-        self.holistic_composition = ComposeByWeights(holistic_dim, **checks)
-        self.detail_embedding = ProbabilisticTextEmbedding(dim, num_heads=num_heads, **checks)
+        self.text_embedding = ProbabilisticTextEmbedding(holistic_dim, num_heads=num_heads, validate_args=validate_args)
+        self.holistic_composition = ComposeByWeights(holistic_dim, validate_args=validate_args)
+        self.detail_embedding = ProbabilisticTextEmbedding(dim, num_heads=num_heads, validate_args=validate_args)
         self.qformer = QueryTokenAttention(dim, num_heads=num_heads)
         self.composed_projection = nn.Linear(dim, holistic_dim)
         holistic_tokens = 1 + (num_samples if switches.holistic_probabilistic else 0)
         atomistic_tokens = num_reference_tokens * (2 if switches.atomistic_detail else 1)
-        self.holistic_similarity = BiasedMaxSimilarity(holistic_tokens, **checks)
-        self.atomistic_similarity = BiasedMaxSimilarity(atomistic_tokens, **checks)
+        self.holistic_similarity = BiasedMaxSimilarity(holistic_tokens, validate_args=validate_args)
+        self.atomistic_similarity = BiasedMaxSimilarity(atomistic_tokens, validate_args=validate_args)
         self.rank_loss = BatchClassificationLoss(tau)
         self.consistency_loss = HolisticAtomisticConsistencyLoss(tau)
 

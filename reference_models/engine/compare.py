@@ -413,7 +413,7 @@ def draw_report(results: dict[str, Any], path: str | Path) -> Path:
         groups = [("all", block["metrics"])] + [(k, v["metrics"]) for k, v in (block.get("per_type") or {}).items()]
         for col, metric in enumerate(metrics):
             ax = axes[row][col]
-            for y, (label, values) in enumerate(groups):
+            for y, (_label, values) in enumerate(groups):
                 c = values[metric]
                 colour = "tab:green" if c["beats_base"] else ("tab:red" if c["worse_than_base"] else "tab:gray")
                 ax.errorbar([c["difference"]], [y], xerr=[[c["difference"] - c["low"]], [c["high"] - c["difference"]]],

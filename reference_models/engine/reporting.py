@@ -42,11 +42,16 @@ def tensorboard_writer(path: Path) -> Any:
 
 
 def progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any]:
-    """``iterable`` behind a tqdm progress bar when ``enabled`` and tqdm is installed, else itself."""
+    """``iterable`` behind a tqdm progress bar when ``enabled`` and tqdm is installed, else itself.
+
+    The bar is drawn only on a terminal (tqdm's ``disable=None``): redirected to a file (CI, a cluster's job
+    log) it writes nothing, instead of hundreds of ``\\r``-separated bar states per epoch; ``--no-progress``
+    (``enabled=False``) turns it off everywhere.
+    """
     if not enabled:
         return iterable
     try:
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is in the "reference" extra; training works without it
         return iterable
-    return tqdm(iterable, desc=desc, leave=False, dynamic_ncols=True)
+    return tqdm(iterable, desc=desc, leave=False, dynamic_ncols=True, disable=None)

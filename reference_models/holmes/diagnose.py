@@ -37,21 +37,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from evidential_prvr import FlexibleOT
 from evidential_prvr.metrics import recall_at_k, risk_coverage
 from reference_models.engine import finite_or_none, load_checkpoint
+from reference_models.holmes import report
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import load_split, read_planted_types
 from reference_models.holmes.data.layout import CollectionPaths, read_captions
+from reference_models.holmes.evaluate import TYPE_CODES, TYPE_NAMES
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.evaluate import TYPE_CODES, TYPE_NAMES
 from reference_models.holmes.selective import QueryUncertainty, RetrievalUncertainty
-from reference_models.holmes import report
 
 __all__ = ["add_diagnose_parser", "run_diagnose", "read_history"]
 

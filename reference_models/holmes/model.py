@@ -28,8 +28,8 @@ query_video``) so that this module does not depend on the data package.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 import warnings
 from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal

@@ -32,9 +32,9 @@ from torch import nn
 
 from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, UncertaintyGuidedIdentifier
 from evidential_prvr.functional import selective_confidence
-from evidential_prvr.uncertainty import CONFIDENCES, EVIDENTIAL_CONFIDENCES, GalleryOpinion, QueryTypeThresholds
 from evidential_prvr.metrics import augrc, aurc, e_aurc, selective_recall
 from evidential_prvr.search import SearchResult
+from evidential_prvr.uncertainty import CONFIDENCES, EVIDENTIAL_CONFIDENCES, GalleryOpinion, QueryTypeThresholds
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
 from reference_models.holmes.evaluate import TYPE_CODES, identification_report

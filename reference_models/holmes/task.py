@@ -27,11 +27,11 @@ from evidential_prvr.distributed import gather_sizes, gather_with_grad, rank_off
 from reference_models.engine import (
     ComparisonSpec,
     DistributedRun,
-    QueryRanks,
     NonFiniteOutputError,
-    UserError,
+    QueryRanks,
     TrainingSchedule,
     TrainingTask,
+    UserError,
     all_finite,
     build_scheduler,
     fingerprint_differences,

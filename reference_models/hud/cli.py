@@ -26,7 +26,14 @@ from evidential_prvr.probabilistic import HUD_DERIVATIVES
 from reference_models import engine
 from reference_models.hud.benchmark import BENCHMARKS, benchmark_spec, generate_cvr_benchmark
 from reference_models.hud.config import DERIVATIVE_CHOICES, HUDRunConfig
-from reference_models.hud.data import SPLITS, SplitPaths, Vocabulary, load_cvr_split, read_annotations, validate_cvr_root
+from reference_models.hud.data import (
+    SPLITS,
+    SplitPaths,
+    Vocabulary,
+    load_cvr_split,
+    read_annotations,
+    validate_cvr_root,
+)
 from reference_models.hud.metrics import evaluate_split
 from reference_models.hud.model import METHODS, BackboneSettings
 from reference_models.hud.task import CVRTask, build_cvr_model

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import h5py
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from evidential_prvr.search import IndexSpec
-
 from reference_models.holmes.config import preset
 from reference_models.holmes.data import generate_embedded_benchmark, load_split, read_planted_types
 from reference_models.holmes.evaluate import evaluate_retrieval, parse_index

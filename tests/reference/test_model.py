@@ -124,7 +124,7 @@ def test_scores_match_brute_force_and_padded_frames(padded_frames):
     assert torch.allclose(chunked.frame, out.frame_sim, atol=1e-6)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scored_batch(seed: int):
     torch.manual_seed(seed)
     model = HolmesModel(small_config(widths=(math.inf, 1.0))).eval()

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import reference_models.dab.cli as cli
-from reference_models.dab.benchmark import generate_t2v_benchmark
 from reference_models.dab.data import LAYOUT, load_t2v_split
 from reference_models.dab.evaluate import retrieval_metrics, selective_metrics
 from reference_models.dab.model import T2VOutput

@@ -46,7 +46,7 @@ class VideoBatch:
         """All-True ``bool [V, M_c]``: every clip segment is real (an empty segment takes one frame)."""
         return torch.ones(self.clip_feats.shape[:2], dtype=torch.bool, device=self.clip_feats.device)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "VideoBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> VideoBatch:
         """A copy with every tensor on ``device``."""
         return _move(self, device, non_blocking)
 
@@ -71,7 +71,7 @@ class QueryBatch:
     caption_ids: list[str]
     video_index: torch.Tensor
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "QueryBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> QueryBatch:
         """A copy with every tensor on ``device``."""
         return _move(self, device, non_blocking)
 
@@ -111,7 +111,7 @@ class TrainBatch:
         """All-True ``bool [V, M_c]``: every clip segment is real (an empty segment takes one frame)."""
         return torch.ones(self.clip_feats.shape[:2], dtype=torch.bool, device=self.clip_feats.device)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "TrainBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> TrainBatch:
         """A copy with every tensor on ``device``."""
         return _move(self, device, non_blocking)
 

@@ -13,6 +13,7 @@ are registered when :mod:`reference_models.holmes.data` is imported.
 from __future__ import annotations
 
 import abc
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
@@ -155,4 +156,20 @@ def detect_visual_format(paths: CollectionPaths) -> VisualFeatureFormat:
             return fmt
     markers = [fmt.marker for fmt in formats]
     listed = f"neither {markers[0]} nor {markers[1]}" if len(markers) == 2 else f"none of {', '.join(markers)}"
-    raise DataValidationError(paths.feature_dir, f"missing visual features: {listed} exists")
+    raise DataValidationError(paths.feature_dir, f"missing visual features: {listed} exists"
+                              + _existing_features_hint(paths.feature_dir, markers))
+
+
+def _existing_features_hint(feature_dir: Path, markers: Sequence[str]) -> str:
+    """``"; feature folders under FeatureData/: a, b (did you mean --visual-feature a?)"``, or ``""`` when the
+    parent folder holds no other feature folder (as git names the command closest to a mistyped one)."""
+    parent = feature_dir.parent
+    if not parent.is_dir():
+        return ""
+    existing = sorted(d.name for d in parent.iterdir()
+                      if d.is_dir() and d != feature_dir and any((d / m).exists() for m in markers))
+    if not existing:
+        return f"; no feature folder exists under {parent.name}/"
+    hint = f"; feature folders under {parent.name}/: {', '.join(existing)}"
+    closest = difflib.get_close_matches(feature_dir.name, existing, n=1, cutoff=0.4)
+    return hint + (f" (did you mean --visual-feature {closest[0]}?)" if closest else "")

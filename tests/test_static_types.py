@@ -1,0 +1,119 @@
+"""What a user's type checker sees: typical user code checks clean with the expected types, mistakes are
+reported, and the signatures written out in the source stay the settings dataclasses' fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+import evidential_prvr as ep
+from evidential_prvr import functional as F
+from evidential_prvr import presets
+from evidential_prvr.functional._identification import IdentificationSettings
+from evidential_prvr.functional._retrieval_losses import BaseRetrievalSettings
+
+HERE = Path(__file__).parent / "typing"
+
+#: The callables whose keyword parameters repeat a settings dataclass: (callable, schema, fields it takes).
+def _all(schema):
+    return tuple(f.name for f in dataclasses.fields(schema))
+
+
+BASE_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_weight", "div_alpha", "div_delta",
+               "div_lambda", "video_negative", "nce_video_to_text")
+INTRA_TRANSPORT = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals", "tol", "method")
+WRITTEN_OUT = [
+    (F.flexible_ot, presets.TransportSettings, _all(presets.TransportSettings)),
+    (F.flexible_ot_pot_problems, presets.TransportSettings,
+     ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals")),
+    (F.identify, IdentificationSettings, _all(IdentificationSettings)),
+    (F.inter_video_loss, presets.InterVideoSettings, _all(presets.InterVideoSettings)),
+    (F.intra_video_loss, presets.IntraVideoSettings, _all(presets.IntraVideoSettings)),
+    (F.intra_video_loss, presets.TransportSettings, INTRA_TRANSPORT),
+    (F.base_retrieval_loss, BaseRetrievalSettings, BASE_FIELDS),
+    (ep.FlexibleOT.__init__, presets.TransportSettings, _all(presets.TransportSettings)),
+    (ep.UncertaintyGuidedIdentifier.__init__, IdentificationSettings, _all(IdentificationSettings)),
+    (ep.EvidentialRetrievalLoss.__init__, presets.InterVideoSettings, _all(presets.InterVideoSettings)),
+    (ep.IntraVideoEvidentialLoss.__init__, presets.IntraVideoSettings, _all(presets.IntraVideoSettings)),
+    (ep.BaseRetrievalLoss.__init__, BaseRetrievalSettings, (*BASE_FIELDS, "hard_negative_topk")),
+]
+
+
+@pytest.mark.parametrize("fn, schema, names", WRITTEN_OUT, ids=lambda x: getattr(x, "__qualname__", ""))
+def test_written_out_keywords_are_the_schema_fields_with_their_types_and_defaults(fn, schema, names):
+    params = inspect.signature(fn).parameters
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for name in names:
+        assert name in params, f"{fn.__qualname__} lacks the field {name!r} of {schema.__name__}"
+        p = params[name]
+        assert p.kind is p.KEYWORD_ONLY
+        assert str(p.annotation) == str(fields[name].type), (fn.__qualname__, name)
+        if (fn.__name__, name) != ("base_retrieval_loss", "hard_negative_topk"):
+            assert p.default == fields[name].default, (fn.__qualname__, name)
+    assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+OVERRIDES = [
+    (ep.FlexibleOT, presets.TransportSettings, {"validate_args"}),
+    (ep.UncertaintyGuidedIdentifier, IdentificationSettings, {"validate_args", "distributed"}),
+    (ep.EvidentialRetrievalLoss, presets.InterVideoSettings, {"reduction", "validate_args", "distributed"}),
+    (ep.IntraVideoEvidentialLoss, presets.IntraVideoSettings, {"fot", "reduction", "validate_args", "distributed"}),
+    (ep.BaseRetrievalLoss, BaseRetrievalSettings, {"use_hard_negatives", "reduction", "validate_args", "distributed"}),
+]
+
+
+@pytest.mark.parametrize("cls, schema, extras", OVERRIDES, ids=lambda x: getattr(x, "__name__", ""))
+def test_typed_from_preset_overrides_are_the_schema_fields(cls, schema, extras):
+    kwargs = inspect.signature(cls.from_preset).parameters["overrides"].annotation
+    name = kwargs.split("[", 1)[1].rstrip("]")  # "Unpack[XOverrides]"
+    typed = getattr(inspect.getmodule(cls), name)
+    hints = {k: getattr(v, "__forward_arg__", v) for k, v in typed.__annotations__.items()}
+    assert set(hints) == set(_all(schema)) | extras
+    for field in dataclasses.fields(schema):
+        assert str(hints[field.name]) == str(field.type), (typed.__name__, field.name)
+
+
+@pytest.fixture(scope="module")
+def mypy_output(tmp_path_factory):
+    """mypy's messages on both user files, in one run (about 12 s without a cache)."""
+    api = pytest.importorskip("mypy.api")
+    cache = tmp_path_factory.mktemp("mypy_cache")
+    out, err, _ = api.run(["--cache-dir", str(cache), "--follow-imports", "silent", "--no-error-summary",
+                           "--hide-error-context", "--no-pretty", str(HERE / "user_code.py"),
+                           str(HERE / "user_errors.py")])
+    assert not err.strip(), err
+    return out
+
+
+def test_user_code_type_checks_with_the_expected_types(mypy_output):
+    assert [line for line in mypy_output.splitlines() if "user_code.py" in line] == []
+
+
+def test_user_mistakes_are_reported(mypy_output):
+    out = mypy_output
+    assert 'Unexpected keyword argument "n_iter" for "FlexibleOT"; did you mean "n_iters"?' in out
+    assert 'Argument "epsilon" to "flexible_ot" has incompatible type "str"; expected "float"' in out
+    assert 'Unexpected keyword argument "inter_weigth" for "from_preset" of "HolmesCriterion"' in out
+    revealed = [line for line in out.splitlines() if "Revealed type" in line]
+    assert "epsilon: float =, n_iters: int =" in revealed[0] and "*Any" not in revealed[0]
+    assert "-> evidential_prvr.functional._flexible_ot.FlexibleOTResult" in revealed[1]
+
+
+def test_transposed_scores_are_blamed_before_the_embeddings():
+    """Issue 24: ``[V, Q]`` scores beside ``clip_emb`` said the embeddings were wrong."""
+    import torch
+
+    criterion = ep.HolmesCriterion.from_preset("release", "tvr")
+    criterion.set_epoch(25)
+    query_video = [v for v in range(6) for _ in range(3)][:15]
+    frame_sim, clip_sim = torch.rand(15, 6), torch.rand(15, 6)
+    with pytest.raises(ValueError, match=r"frame_sim must have shape \[num_queries, num_videos\] = \[15, 6\], got "
+                                         r"\(6, 15\): it looks transposed"):
+        criterion(frame_sim.T, clip_sim.T, query_video, query_emb=torch.randn(15, 8), clip_emb=torch.randn(6, 4, 8))
+    with pytest.raises(ValueError, match="looks transposed"):
+        criterion(frame_sim.T, clip_sim.T, torch.tensor(query_video), query_emb=torch.randn(15, 8),
+                  clip_emb=torch.randn(6, 4, 8))
+    criterion(frame_sim, clip_sim, query_video, query_emb=torch.randn(15, 8), clip_emb=torch.randn(6, 4, 8))

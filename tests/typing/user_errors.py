@@ -1,0 +1,15 @@
+"""User mistakes that a type checker must report (tests/test_static_types.py reads mypy's messages)."""
+
+from __future__ import annotations
+
+import torch
+from typing_extensions import reveal_type
+
+import evidential_prvr as ep
+from evidential_prvr import functional as F
+
+ot = ep.FlexibleOT(epsilon=0.1, n_iter=50)  # typo: the parameter is n_iters
+r = F.flexible_ot(torch.rand(2, 3, 4), epsilon="x")  # wrong type
+c = ep.HolmesCriterion.from_preset("release", "tvr", inter_weigth=0.2)  # typo in an override
+reveal_type(ep.FlexibleOT.__init__)
+reveal_type(F.flexible_ot)
