@@ -101,8 +101,8 @@ class CVRBenchmarkSpec:
 
 
 
-#: The named instances of the design: ``embedded`` (the demo's, unchanged) and ``covr-regime`` (the comparison in
-#: the paper's regime, WebVid-CoVR-like: 2,500 test triplets; docs/guide/hud.rst says what each knob changes and
+#: The named instances of the design, ``embedded`` (the demo's, unchanged) and ``covr-regime`` (the comparison in
+#: the paper's regime, WebVid-CoVR-like, 2,500 test triplets; docs/guide/hud.rst says what each knob changes and
 #: why; fixed on the base's validation split of development seed 100 before any HUD-vs-base number).
 BENCHMARKS: dict[str, CVRBenchmarkSpec] = {
     "embedded": CVRBenchmarkSpec(),
