@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from typing import get_overloads
+except ImportError:  # Python 3.10
+    from typing_extensions import get_overloads
+
 import evidential_prvr as ep
 from evidential_prvr import functional as F
 from evidential_prvr import presets
@@ -17,7 +22,6 @@ from evidential_prvr.functional._retrieval_losses import BaseRetrievalSettings
 
 HERE = Path(__file__).parent / "typing"
 
-#: The callables whose keyword parameters repeat a settings dataclass: (callable, schema, fields it takes).
 def _all(schema):
     return tuple(f.name for f in dataclasses.fields(schema))
 
@@ -25,6 +29,7 @@ def _all(schema):
 BASE_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_weight", "div_alpha", "div_delta",
                "div_lambda", "video_negative", "nce_video_to_text")
 INTRA_TRANSPORT = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals", "tol", "method")
+#: The callables whose keyword parameters repeat a settings dataclass: (callable, schema, fields it takes).
 WRITTEN_OUT = [
     (F.flexible_ot, presets.TransportSettings, _all(presets.TransportSettings)),
     (F.flexible_ot_pot_problems, presets.TransportSettings,
@@ -54,6 +59,24 @@ def test_written_out_keywords_are_the_schema_fields_with_their_types_and_default
         if (fn.__name__, name) != ("base_retrieval_loss", "hard_negative_topk"):
             assert p.default == fields[name].default, (fn.__qualname__, name)
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+#: The callables typed by ``@overload`` on ``return_details``: each overload repeats the implementation's signature.
+OVERLOADED = [F.inter_video_loss, F.intra_video_loss, F.base_retrieval_loss, ep.EvidentialRetrievalLoss.forward, ep.IntraVideoEvidentialLoss.forward, ep.BaseRetrievalLoss.forward,
+              ep.HolmesCriterion.forward]
+
+
+@pytest.mark.parametrize("fn", OVERLOADED, ids=lambda f: f.__qualname__)
+def test_overloads_repeat_the_implementation_signature(fn):
+    overloads = get_overloads(fn)
+    assert len(overloads) >= 2, fn.__qualname__
+
+    def shape(f):
+        return [(p.name, p.kind, str(p.annotation)) for p in inspect.signature(f).parameters.values()
+                if p.name != "return_details"]
+
+    for variant in overloads:
+        assert shape(variant) == shape(fn), fn.__qualname__
 
 
 OVERRIDES = [
