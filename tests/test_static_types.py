@@ -140,3 +140,25 @@ def test_transposed_scores_are_blamed_before_the_embeddings():
         criterion(frame_sim.T, clip_sim.T, torch.tensor(query_video), query_emb=torch.randn(15, 8),
                   clip_emb=torch.randn(6, 4, 8))
     criterion(frame_sim, clip_sim, query_video, query_emb=torch.randn(15, 8), clip_emb=torch.randn(6, 4, 8))
+
+
+PROPERTY_CLASSES = [(ep.FlexibleOT, presets.TransportSettings),
+                    (ep.UncertaintyGuidedIdentifier, IdentificationSettings),
+                    (ep.EvidentialRetrievalLoss, presets.InterVideoSettings),
+                    (ep.IntraVideoEvidentialLoss, presets.IntraVideoSettings),
+                    (ep.BaseRetrievalLoss, BaseRetrievalSettings)]
+
+
+@pytest.mark.parametrize("cls, schema", PROPERTY_CLASSES, ids=lambda x: getattr(x, "__name__", ""))
+def test_attributes_declared_for_type_checkers_are_the_schema_fields(cls, schema):
+    """The ``if TYPE_CHECKING:`` block of a module class declares what ``settings_properties`` adds at run time:
+    every field of its dataclass, with the field's type (read from the source, as a type checker reads it)."""
+    import ast
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    block = next(node for node in tree.body[0].body if isinstance(node, ast.If)
+                 and ast.unparse(node.test) == "TYPE_CHECKING" and any(isinstance(s, ast.AnnAssign) for s in node.body))
+    declared = {s.target.id: ast.unparse(s.annotation) for s in block.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not s.target.id.startswith("_")}
+    assert declared == {f.name: str(f.type) for f in dataclasses.fields(schema)}
