@@ -5,7 +5,8 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
   when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
   Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
-  ``--benchmark covr-regime`` (HUD): the named benchmark in the paper's regime instead of the embedded one.
+  ``--benchmark tvr-regime`` (Holmes) or ``covr-regime`` (HUD): the named benchmark in the paper's regime
+  instead of the embedded one.
 * ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
   and draws ``DIR/comparison.png``.
 
@@ -47,7 +48,7 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded",), "hud": ("embedded", "covr-regime"), "dab": ("embedded",)}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime"), "hud": ("embedded", "covr-regime"), "dab": ("embedded",)}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,
@@ -89,8 +90,8 @@ def build_parser() -> engine.OneLineParser:
     run.add_argument("--benchmark-scale", type=engine.positive_number, default=1.0,
                      help="videos per split as a fraction of the benchmark's (same design)")
     run.add_argument("--benchmark", choices=sorted({n for names in BENCHMARK_NAMES.values() for n in names}),
-                     help="the named benchmark instance (default: the task's embedded one; hud: covr-regime, "
-                          "the paper's regime)")
+                     help="the named benchmark instance (default: the task's embedded one; the paper's regime: "
+                          "holmes: tvr-regime, hud: covr-regime)")
     run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     run.add_argument("--no-report", action="store_true", help="train only; merge later with report")

@@ -1,9 +1,10 @@
 """Holmes vs the MIL baseline as a comparison of the engine (:mod:`reference_models.engine.compare`).
 
-Each benchmark instance is the embedded benchmark written with the data seed (``demo``'s generator and
-spec); each run trains one variant with the ``embedded`` preset through the Holmes trainer (what ``demo``
-and ``train`` run), selects ``best.pt`` on the validation SumR and ranks the test captions with
-:meth:`~reference_models.holmes.task.HolmesTask.query_ranks`; the planted types are the query types.
+Each benchmark instance is the embedded benchmark (or a named one, ``--benchmark tvr-regime``: a TVR-sized
+test split) written with the data seed (``demo``'s generator and spec); each run trains one variant with the
+``embedded`` preset through the Holmes trainer (what ``demo`` and ``train`` run), selects ``best.pt`` on the
+validation SumR and ranks the test captions with :meth:`~reference_models.holmes.task.HolmesTask.query_ranks`;
+the planted types are the query types.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from reference_models.engine import QueryRanks
 from reference_models.holmes.config import HolmesConfig, preset
 from reference_models.holmes.data import (
     EmbeddedBenchmarkSpec,
+    benchmark_spec,
     generate_embedded_benchmark,
     load_split,
     read_planted_types,
@@ -70,14 +72,12 @@ class HolmesComparison:
         return {"test": ranks}
 
 
-def runner(epochs: int | None = None, scale: float = 1.0) -> HolmesComparison:
+def runner(epochs: int | None = None, scale: float = 1.0, benchmark: str = "embedded") -> HolmesComparison:
     """The runner of the command line: ``epochs`` overrides the preset's, ``scale`` multiplies the number of
-    videos of every split (the design stays; < 1 for quick checks)."""
+    videos of every split (the design stays; < 1 for quick checks), ``benchmark`` is a name of
+    :data:`~reference_models.holmes.data.BENCHMARKS`."""
     config = preset("embedded")
     if epochs is not None:
         config = config.replace(schedule={"epochs": epochs})
-    spec = EmbeddedBenchmarkSpec()
-    if scale != 1.0:
-        spec = dataclasses.replace(spec, **{f"n_{s}_videos": max(4, round(getattr(spec, f"n_{s}_videos") * scale))
-                                            for s in ("train", "val", "test")})
-    return HolmesComparison(config, spec)
+    spec = benchmark_spec(benchmark)
+    return HolmesComparison(config, spec.scaled(scale) if scale != 1.0 else spec)

@@ -10,7 +10,9 @@ the MS-SL BigFile, :mod:`~reference_models.holmes.data.visual_formats`).
 from reference_models.holmes.data import bigfile_format, hdf5_format  # noqa: F401  (registers the formats)
 from reference_models.holmes.data.batches import QueryBatch, TrainBatch, VideoBatch
 from reference_models.holmes.data.embedded import (
+    BENCHMARKS,
     EmbeddedBenchmarkSpec,
+    benchmark_spec,
     generate_embedded_benchmark,
     read_planted_types,
 )
@@ -48,6 +50,8 @@ __all__ = [
     "DataValidationError",
     "generate_embedded_benchmark",
     "EmbeddedBenchmarkSpec",
+    "BENCHMARKS",
+    "benchmark_spec",
     "read_planted_types",
     "VisualFeatureFormat",
     "register_visual_format",
