@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, cast, overload
 
 import torch
 
@@ -32,6 +32,8 @@ from evidential_prvr.functional._retrieval_losses import (
     VIDEO_NEGATIVES,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
+    NCEVideoToText,
+    VideoNegative,
     info_nce_loss,
     query_diversity_loss,
     run_base_retrieval_loss,
@@ -144,7 +146,7 @@ class TripletRankingLoss(_ReducedLoss):
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
-        self.video_negative = video_negative
+        self.video_negative = cast(VideoNegative, video_negative)  # one of VIDEO_NEGATIVES (checked above)
         self.distributed = bool(distributed)
 
     @classmethod
@@ -197,7 +199,7 @@ class InfoNCELoss(_ReducedLoss):
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
         super().__init__(reduction, validate_args)
-        self.video_to_text = video_to_text
+        self.video_to_text = cast(NCEVideoToText, video_to_text)  # one of NCE_VIDEO_TO_TEXT (checked above)
         self.distributed = bool(distributed)
 
     @classmethod
@@ -432,8 +434,9 @@ class BaseRetrievalLoss(_SettingsLoss):
                 diversity = lift_rows(query_diversity_loss(query_emb, query_video, s.div_alpha, s.div_delta,
                                                            s.div_lambda, reduction="none",
                                                            validate_args=self.validate_args), "queries")
-            frame_sim, clip_sim, query_video, frame_logits, clip_logits = batch_rows(
-                self.distributed, type(self).__name__, frame_sim, clip_sim, query_video, frame_logits, clip_logits)
+            frame_sim, clip_sim, query_video = batch_rows(
+                self.distributed, type(self).__name__, frame_sim, clip_sim, query_video)
+            frame_logits, clip_logits = batch_rows(self.distributed, type(self).__name__, frame_logits, clip_logits)
             return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, self._settings,
                                            hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
                                            generator=generator, reduction=self.reduction,

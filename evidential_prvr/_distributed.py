@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
+from typing import cast, overload
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,7 @@ def set_sizes(role: str, sizes: list[int]) -> None:
 def _role_sizes(role: str, size: int, device: torch.device) -> list[int]:
     key = ("sizes", role)
     if _SCOPE is not None and key in _SCOPE:
-        return _SCOPE[key]  # type: ignore[return-value]
+        return cast("list[int]", _SCOPE[key])  # a ("sizes", role) entry holds that role's sizes
     sizes = gather_sizes(size, device)
     if _SCOPE is not None:
         _SCOPE[key] = sizes
@@ -60,7 +61,7 @@ def gather_rows(tensor: torch.Tensor, role: str) -> torch.Tensor:
     """All ranks' rows of ``tensor`` (dim 0 is ``role``: ``"queries"`` or ``"videos"``), differentiable."""
     key = ("rows", id(tensor), role)
     if _SCOPE is not None and key in _SCOPE:
-        return _SCOPE[key][1]  # type: ignore[index]
+        return cast("tuple[torch.Tensor, torch.Tensor]", _SCOPE[key])[1]  # a "rows" entry: (input, gathered)
     out = gather_with_grad(tensor, sizes=_role_sizes(role, tensor.shape[0], tensor.device))
     if _SCOPE is not None:
         _SCOPE[key] = (tensor, out)  # the input is kept so that its id is not reused within the scope
@@ -78,6 +79,14 @@ def lift_rows(rows: torch.Tensor, role: str) -> torch.Tensor:
     # value: exactly the rows (the bracket is 0); gradient: world_size
     own = rows.detach() + (world * rows - world * rows.detach())
     return torch.cat([values[:start], own, values[start + rows.shape[0]:]])
+
+
+@overload
+def batch_rows(distributed: bool, owner: str, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
+
+
+@overload
+def batch_rows(distributed: bool, owner: str, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]: ...
 
 
 def batch_rows(distributed: bool, owner: str, *tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:

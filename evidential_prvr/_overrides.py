@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "reject_unknown",
@@ -23,9 +26,25 @@ __all__ = [
     "settings_repr",
 ]
 
-S = TypeVar("S")
+S = TypeVar("S", bound="DataclassInstance")  # a settings dataclass
 C = TypeVar("C", bound=type)
 M = TypeVar("M")
+M_co = TypeVar("M_co", covariant=True)
+
+
+class _FromSettings(Protocol[M_co]):
+    """A class with a ``from_settings`` classmethod that builds an ``M_co`` (every module with a ``from_preset``)."""
+
+    def from_settings(self, *args: Any, **kwargs: Any) -> M_co: ...
+
+
+class _HoldsSettings(Protocol):
+    """A module that keeps its settings dataclass in ``_settings``."""
+
+    _settings: Any
+
+
+H = TypeVar("H", bound=_HoldsSettings)
 
 
 def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str) -> None:
@@ -43,18 +62,20 @@ def override_settings(
 
     Any other name raises ``TypeError`` (a misspelt override fails loudly instead of being ignored).
     """
-    names = [f.name for f in dataclasses.fields(settings)]  # type: ignore[arg-type]
+    names = [f.name for f in dataclasses.fields(settings)]
     reject_unknown(overrides, [*names, *extras], owner)
     changes = {k: v for k, v in overrides.items() if k in names}
-    new = dataclasses.replace(settings, **changes) if changes else settings  # type: ignore[type-var]
+    new = dataclasses.replace(settings, **changes) if changes else settings
     return new, {k: v for k, v in overrides.items() if k not in names}
 
 
-def settings_from_preset(cls: type[M], settings: Any, overrides: Mapping[str, Any], extras: Collection[str] = ()) -> M:
+def settings_from_preset(
+    cls: _FromSettings[M], settings: Any, overrides: Mapping[str, Any], extras: Collection[str] = ()
+) -> M:
     """``cls.from_settings`` of a registry section with a ``from_preset`` call's overrides applied
     (:func:`override_settings`; the names in ``extras`` go to ``from_settings`` as keywords)."""
-    new, keywords = override_settings(settings, overrides, cls.__name__, extras)
-    return cls.from_settings(new, **keywords)  # type: ignore[attr-defined]
+    new, keywords = override_settings(settings, overrides, cast(type, cls).__name__, extras)  # cls is a class
+    return cls.from_settings(new, **keywords)
 
 
 def check_settings(settings: object, settings_class: type) -> None:
@@ -65,12 +86,12 @@ def check_settings(settings: object, settings_class: type) -> None:
         raise TypeError(f"settings must be {article} {name}, got {type(settings).__name__}")
 
 
-def module_from_settings(cls: type[M], settings_class: type, settings: Any, **keywords: Any) -> M:
+def module_from_settings(cls: type[H], settings_class: type, settings: Any, **keywords: Any) -> H:
     """``cls(**keywords)`` holding ``settings`` (checked to be a ``settings_class``) in place of its
     default settings: the body of a module's ``from_settings``."""
     check_settings(settings, settings_class)
     module = cls(**keywords)
-    module._settings = settings  # type: ignore[attr-defined]
+    module._settings = settings
     return module
 
 

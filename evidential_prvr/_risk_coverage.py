@@ -92,8 +92,8 @@ def _validate(confidence: object, correct: object, validate_args: bool | None) -
     """Check ``confidence [Q]`` (float) and ``correct [Q]`` (bool or 0/1); return ``correct`` as bool."""
     check_tensor(confidence, "confidence", ndim=1, floating=True)
     check_tensor(correct, "correct", ndim=1)
-    check_same_device(confidence=confidence, correct=correct)
     assert isinstance(confidence, torch.Tensor) and isinstance(correct, torch.Tensor)
+    check_same_device(confidence=confidence, correct=correct)
     if confidence.shape[0] == 0:
         raise ValueError("confidence must hold at least one query, got shape (0,)")
     if correct.shape != confidence.shape:

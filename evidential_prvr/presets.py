@@ -408,6 +408,7 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
             model=_RELEASE_MODEL[name],
         )
     release = holmes_settings("release", name)
+    assert release.schedule is not None and release.model is not None  # the release preset of a dataset has both
     return dataclasses.replace(
         release,
         preset="paper",

@@ -178,6 +178,7 @@ def _check_gallery(
         raise ValueError("frame_mask was given without frames")
     if target is not None:
         check_index_vector(target, "target", length=num_queries, upper=num_videos)
+        assert isinstance(target, torch.Tensor)
         check_same_device(queries=queries, target=target)
     return num_queries, num_videos, mask
 
@@ -332,7 +333,7 @@ def gallery_search(
     top = [[torch.empty(q.shape[0], 0, dtype=torch.long, device=device)] + [q.new_empty(q.shape[0], 0)] * 3
            for q in chunks]
     found = [[q.new_full((q.shape[0],), float("nan")) for _ in range(3)] for q in chunks] if target is not None else []
-    tokens_per_video = max(clips.shape[1], frames.shape[1] if has_frames else 0)
+    tokens_per_video = max(clips.shape[1], frames.shape[1] if frames is not None else 0)
     chunk_scores = min(query_chunk, num_queries) * min(video_chunk, num_videos) * tokens_per_video
     product = q_all.new_empty(min(chunk_scores, max(_SUB_BLOCK_SCORES, tokens_per_video * chunks[0].shape[0])))
     # Block scores are computed video-major ([videos, queries], in `scratch`), copied query-major into a
@@ -366,12 +367,12 @@ def gallery_search(
         clip_block = _prepare(clips[v0 : v0 + video_chunk], device, dtype, normalize)
         block = clip_block.shape[0]
         frame_block = block_mask = None
-        if has_frames:
+        if frames is not None:
             frame_block = _prepare(frames[v0 : v0 + block], device, dtype, normalize)
             block_mask = None if mask is None else mask[v0 : v0 + block].to(device)
         for c, (q0, q) in enumerate(zip(starts, chunks)):
             outs = [buffer[: block * q.shape[0]].view(block, q.shape[0]) for buffer in scratch]
-            if has_frames:
+            if frame_block is not None:  # has_frames
                 clip = _max_over_tokens(q, clip_block, None, None, product, outs[1])
                 frame = _max_over_tokens(q, frame_block, block_mask, padded_frame_score, product, outs[2])
                 # rounded as _combine rounds it, so that re-ranked and streamed scores agree bit for bit
@@ -395,11 +396,12 @@ def gallery_search(
     parts = {name: [t[i] for t in top] for i, name in enumerate(("idx", "s", "c", "f"))}
     for i, name in enumerate(("ts", "tc", "tf")):
         parts[name] = [f[i] for f in found]
-    cat = {name: torch.cat(values) if values else None for name, values in parts.items()}
+    # every query chunk has its running top-k; the target scores exist with a target
+    cat = {name: torch.cat(values) for name, values in parts.items() if values}
     return SearchResult(
         indices=cat["idx"], scores=cat["s"], clip_scores=cat["c"], frame_scores=cat["f"] if has_frames else None,
-        num_videos=num_videos, target=target, target_scores=cat["ts"], target_clip_scores=cat["tc"],
-        target_frame_scores=cat["tf"] if has_frames else None,
+        num_videos=num_videos, target=target, target_scores=cat.get("ts"), target_clip_scores=cat.get("tc"),
+        target_frame_scores=cat.get("tf") if has_frames else None,
     )
 
 
@@ -421,7 +423,8 @@ def token_norms(tokens: torch.Tensor) -> torch.Tensor:
     PyTorch, ``torch.nn.functional.normalize`` (the same floor); Holmes (ICML 2026), Eq. 1 (cosines).
     """
     eps = math.sqrt(torch.finfo(tokens.dtype).eps) if tokens.dtype in HALF_DTYPES else 1e-12
-    return torch.linalg.vector_norm(tokens.to(compute_dtype(tokens)), dim=-1).clamp_min(eps)
+    norms: torch.Tensor = torch.linalg.vector_norm(tokens.to(compute_dtype(tokens)), dim=-1)
+    return norms.clamp_min(eps)
 
 
 @torch.no_grad()
@@ -524,9 +527,9 @@ def rerank_candidates(
             frame_norms = token_norms(frames) if frame_norms is None else frame_norms
     else:
         clip_norms = frame_norms = None
-    for name, norms, tokens in (("clip_norms", clip_norms, clips), ("frame_norms", frame_norms, frames)):
-        if norms is not None and tokens is not None and tuple(norms.shape) != tuple(tokens.shape[:2]):
-            raise ValueError(f"{name} must have shape {list(tokens.shape[:2])}, got {tuple(norms.shape)}")
+    for name, norms, given in (("clip_norms", clip_norms, clips), ("frame_norms", frame_norms, frames)):
+        if norms is not None and given is not None and tuple(norms.shape) != tuple(given.shape[:2]):
+            raise ValueError(f"{name} must have shape {list(given.shape[:2])}, got {tuple(norms.shape)}")
 
     buffers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
@@ -559,8 +562,9 @@ def rerank_candidates(
             for name, own, alone in zip(("ts", "tc", "tf"), (s, clip, frame), score(rows_target, q)):
                 if own is not None and alone is not None:
                     parts[name].append(torch.where(retrieved, own.gather(1, column)[:, 0], alone[:, 0]))
-    cat = {name: torch.cat(values) if values else None for name, values in parts.items()}
+    # one block of queries at least: the indices and the ranking and clip scores exist
+    cat = {name: torch.cat(values) for name, values in parts.items() if values}
     return SearchResult(
-        indices=cat["idx"], scores=cat["s"], clip_scores=cat["c"], frame_scores=cat["f"], num_videos=num_videos,
-        target=target, target_scores=cat["ts"], target_clip_scores=cat["tc"], target_frame_scores=cat["tf"],
+        indices=cat["idx"], scores=cat["s"], clip_scores=cat["c"], frame_scores=cat.get("f"), num_videos=num_videos,
+        target=target, target_scores=cat.get("ts"), target_clip_scores=cat.get("tc"), target_frame_scores=cat.get("tf"),
     )

@@ -201,6 +201,7 @@ def _check_inputs(
             raise ValueError(f"query_scale must have shape [{shape[0]}], got {tuple(query_scale.shape)}")
     if target is not None:
         check_tensor(target, "target", ndim=1)
+        assert isinstance(target, torch.Tensor)
     check_same_device(frame_scores=frame_scores, clip_scores=clip_scores, ranking=ranking, query_scale=query_scale,
                       target=target)
     if k is not None:

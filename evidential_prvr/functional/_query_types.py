@@ -107,11 +107,13 @@ def _check_features(validate: bool, **features: torch.Tensor | None) -> int:
     check_same_device(**present)
     if validate:
         for name, x in present.items():
-            check_finite(x, name)  # type: ignore[arg-type]
+            check_finite(x, name)
     return n
 
 
-def _rule(u, c, xi, r, th: QueryTypeThresholds) -> torch.Tensor:
+def _rule(
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, r: torch.Tensor | None, th: QueryTypeThresholds
+) -> torch.Tensor:
     under = u > th.uncertainty
     precise = ~under & (c >= th.consistency) & (xi < th.aleatoric)
     if r is not None:
@@ -254,7 +256,9 @@ def _grid(x: torch.Tensor | None, grid: int, disabled: float) -> torch.Tensor:
     return torch.cat(parts)
 
 
-def _fit_macro_f1(u, c, xi, r, types: torch.Tensor, grid: int) -> QueryTypeThresholds:
+def _fit_macro_f1(
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, r: torch.Tensor | None, types: torch.Tensor, grid: int
+) -> QueryTypeThresholds:
     """Exact maximum of the macro-F1 over the grid via a histogram of threshold positions and cumulative sums."""
     device = u.device
     tu, tc = _grid(u, grid, math.inf).to(device), _grid(c, grid, -math.inf).to(device)
@@ -303,7 +307,9 @@ def _youden(feature: torch.Tensor, correct: torch.Tensor, keep_above: bool, thre
     return int((tpr - fpr).argmax())
 
 
-def _fit_correctness(u, c, xi, r, correct: torch.Tensor, grid: int) -> QueryTypeThresholds:
+def _fit_correctness(
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, r: torch.Tensor | None, correct: torch.Tensor, grid: int
+) -> QueryTypeThresholds:
     tu = _grid(u, grid, math.inf)
     beta_u = float(tu[_youden(-u, correct, True, -tu)])
     kept = u <= beta_u

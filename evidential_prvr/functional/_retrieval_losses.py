@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Literal, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -772,7 +772,8 @@ def run_base_retrieval_loss(
         "clip_triplet": _triplet_rows(clip_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
         "frame_nce": _info_nce_rows(frame_logits, own, s.nce_video_to_text),
         "clip_nce": _info_nce_rows(clip_logits, own, s.nce_video_to_text),
-        "diversity": (_diversity_rows(query_emb, same_video, s.div_alpha, s.div_delta, s.div_lambda)
+        "diversity": (_diversity_rows(query_emb, cast(torch.Tensor, same_video),  # a tensor without diversity
+                                      s.div_alpha, s.div_delta, s.div_lambda)
                       if diversity is None else diversity),
     }
     total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -239,9 +239,12 @@ _LANES = 16  # LANES of the C source
 _THREAD_WORK = 4_000_000
 _max_threads: int | None = None
 
+#: The loaded kernel: the ctypes function ``evidential_prvr_sinkhorn_scaling`` (it returns the C ``int`` status).
+Kernel = Callable[..., int]
+
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
-_function = None
+_function: Kernel | None = None
 _state = "not built"
 _build_seconds: float | None = None
 
@@ -318,8 +321,8 @@ def _compile(cc: str, out_dir: str, stem: str) -> str:
             if result.returncode == 0:
                 os.replace(partial, target)  # atomic: concurrent builders (torchrun ranks) never see half a file
                 return target
-            error = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["failed"]
-            error = error[0]
+            last_line = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["failed"]
+            error = last_line[0]
         raise RuntimeError(f"compiler {cc} failed: {error}")
     finally:
         for path in (source, partial):
@@ -327,7 +330,7 @@ def _compile(cc: str, out_dir: str, stem: str) -> str:
                 os.remove(path)
 
 
-def _self_check(function) -> bool:
+def _self_check(function: Kernel) -> bool:
     """The loaded kernel solves a small masked-free problem like the eager loop (guards against a bad build)."""
     from evidential_prvr.functional._sinkhorn import _iterate_scaling
 
@@ -345,7 +348,7 @@ def _self_check(function) -> bool:
     return True
 
 
-def _load() -> object | None:
+def _load() -> Kernel | None:
     """The kernel's C function, building it on first use; ``None`` when unavailable (the reason in ``_state``)."""
     global _library, _function, _state, _build_seconds
     if _function is not None or _state not in ("not built",):
@@ -400,7 +403,7 @@ def _eligible(*tensors: torch.Tensor) -> bool:
     return len({t.dtype for t in tensors}) == 1
 
 
-def fused_scaling_function(gibbs: torch.Tensor, *others: torch.Tensor) -> object | None:
+def fused_scaling_function(gibbs: torch.Tensor, *others: torch.Tensor) -> Kernel | None:
     """The kernel when this call should take the fused path (per the mode and eligibility), else ``None``."""
     if _mode == "eager" or not _eligible(gibbs, *others):
         return None
@@ -415,7 +418,7 @@ def _buffer_elements(n: int, m: int) -> int:
     return (n * m + 2 * n + 4 * m) * _LANES
 
 
-def _run(function, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None,
+def _run(function: Kernel, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None,
          check_every: int, shift: torch.Tensor | None = None) -> torch.Tensor:
     """The plan ``diag(u) K diag(v)`` after the scaling iterations, as ``_iterate_scaling`` computes it.
 
@@ -464,7 +467,7 @@ def _run(function, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iter
     return plan
 
 
-def fused_iterate_scaling(function, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int,
+def fused_iterate_scaling(function: Kernel, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int,
                           tol: float | None, check_every: int, shift: torch.Tensor | None = None) -> torch.Tensor:
     """Run :func:`_run` with the kernel returned by :func:`fused_scaling_function` (``shift``: see :func:`_run`)."""
     return _run(function, gibbs, a, b, n_iters, tol, check_every, shift)

@@ -8,6 +8,8 @@ class and collected in ``docs/guide/probabilistic.rst``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -203,7 +205,7 @@ class TokenUncertaintyHead(_LogVarHead):
         x = F.normalize(to_module_dtype(tokens, self), dim=-1)
         attended = self.attention(x, x, x, key_padding_mask=key_padding(mask), need_weights=False)[0]
         pooled = masked_mean(x + attended, mask)
-        token_logvar = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
+        token_logvar: torch.Tensor = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
         if base_logvar is None:
             return token_logvar
         check_tensor(base_logvar, "base_logvar", ndim=2, floating=True)
@@ -268,6 +270,9 @@ class DistributionBridge(_InputChecks):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
     """
 
+    if TYPE_CHECKING:  # the buffer registered in __init__
+        time_embeddings: torch.Tensor
+
     def __init__(
         self,
         dim: int,
@@ -287,10 +292,11 @@ class DistributionBridge(_InputChecks):
             raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
         self.dim, self.n_steps, self.total_steps = dim, n_steps, total_steps
         self.logvar_bounds = check_bounds(logvar_bounds)
-        self.step_sizes = bridge_step_sizes(n_steps, tuple(step_range))
+        self.step_sizes = bridge_step_sizes(n_steps, cast("tuple[float, float]", tuple(step_range)))
         self.drift = nn.Sequential(nn.Linear(2 * dim + time_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * dim))
-        nn.init.zeros_(self.drift[-1].weight)
-        nn.init.zeros_(self.drift[-1].bias)
+        output_layer = cast(nn.Linear, self.drift[-1])  # the Linear(hidden, 2 * dim) just built
+        nn.init.zeros_(output_layer.weight)
+        nn.init.zeros_(output_layer.bias)
         steps = torch.arange(n_steps, 0, -1, dtype=torch.float32)
         self.register_buffer(
             "time_embeddings", sinusoidal_time_embedding(steps, time_dim, max_period=float(total_steps)), persistent=False

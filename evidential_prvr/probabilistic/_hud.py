@@ -243,7 +243,8 @@ class ComposeByWeights(_InputChecks):
                 f"reference {tuple(reference.shape)} and text {tuple(text.shape)}"
             )
         reference, text = to_module_dtype(reference, self), to_module_dtype(text, self)
-        w_alpha, w_beta = self.mlp(torch.cat([reference, text], dim=-1)).chunk(2, dim=-1)
+        weights: torch.Tensor = self.mlp(torch.cat([reference, text], dim=-1))
+        w_alpha, w_beta = weights.chunk(2, dim=-1)
         return w_alpha * text + w_beta * reference
 
 

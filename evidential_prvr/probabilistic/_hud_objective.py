@@ -13,6 +13,7 @@ Retrieval". Choices the paper leaves open are documented on each class and in ``
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -162,9 +163,10 @@ class QueryTokenAttention(nn.Module):
                 group_mask = F.pad(group_mask, (0, text.shape[1]), value=False)
         visual_padding = None if visual_mask is None else ~visual_mask
         x = queries
-        for self_attn, cross_attn, ffn, (norm_s, norm_c, norm_f) in zip(
+        for self_attn, cross_attn, ffn, layer_norms in zip(
             self.self_attention, self.cross_attention, self.feed_forward, self.norms
         ):
+            norm_s, norm_c, norm_f = cast(nn.ModuleList, layer_norms)  # the layer's three LayerNorms
             context = x if text is None else torch.cat([x, text.to(x.dtype)], dim=1)
             x = norm_s(x + self_attn(x, context, context, key_padding_mask=text_padding, attn_mask=group_mask,
                                      need_weights=False)[0])
@@ -583,7 +585,10 @@ class HUDObjective(nn.Module):
                                                         generator)
         return HUDComposedQuery(holistic=holistic, atomistic=atomistic, text=text_gaussian, detail=detail)
 
-    def _compose_holistic(self, reference, text, reference_mask, text_mask, generator):
+    def _compose_holistic(
+        self, reference: torch.Tensor, text: torch.Tensor, reference_mask: torch.Tensor | None,
+        text_mask: torch.Tensor | None, generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, DiagonalGaussian | None]:
         on = self.switches
         reference_h = self.video_projection(masked_mean(reference, reference_mask))
         text_h = self.text_projection(masked_mean(text, text_mask))
@@ -596,15 +601,18 @@ class HUDObjective(nn.Module):
         # One composition call for the original token and the U samples (the composition is per token).
         return F.normalize(compose(reference_h, texts), dim=-1), gaussian
 
-    def _compose_atomistic(self, reference, text, reference_mask, text_mask, generator):
+    def _compose_atomistic(
+        self, reference: torch.Tensor, text: torch.Tensor, reference_mask: torch.Tensor | None,
+        text_mask: torch.Tensor | None, generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, DiagonalGaussian | None]:
         on = self.switches
-        queries = [reference]
+        query_sets = [reference]
         detail = None
         if on.atomistic_detail:
             # Eq. 6: every reference token is a query over the text tokens (Eq. 2's architecture, its own weights).
             detail = self.detail_embedding(reference, text, text_mask)
-            queries.append(detail.sample(1, generator=generator).squeeze(-2))  # Eq. 7: one sample per token
-        n_sets, queries = len(queries), torch.cat(queries, dim=1)  # [B, 2T, D_A]: the tokens, then their samples
+            query_sets.append(detail.sample(1, generator=generator).squeeze(-2))  # Eq. 7: one sample per token
+        n_sets, queries = len(query_sets), torch.cat(query_sets, dim=1)  # [B, 2T, D_A]: the tokens, then their samples
         if on.atomistic_composition:
             # Eq. 8 and the original-token branch of Eq. 9 in one call; the two query sets do not attend to each other.
             composed = self.qformer(queries=queries, text=text, text_mask=text_mask, query_groups=n_sets)
@@ -637,7 +645,7 @@ class HUDObjective(nn.Module):
                 "query and targets must come from compose() and embed_targets(), got "
                 f"{type(query).__name__} and {type(targets).__name__}"
             )
-        sims = []
+        sims: list[torch.Tensor | None] = []
         for level, module in (("holistic", self.holistic_similarity), ("atomistic", self.atomistic_similarity)):
             composed, target = getattr(query, level), getattr(targets, level)
             if composed is None or target is None:

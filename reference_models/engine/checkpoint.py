@@ -103,7 +103,7 @@ def _temporary_prefix(name: str) -> str:
     return f".{name}."
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     """Write ``path`` atomically: ``write(handle)`` fills a temporary file in the same folder, then ``os.replace``.
 
     The temporary file is named ``.<name>.<random>.tmp``, flushed and fsync'ed before the move, removed

@@ -262,9 +262,9 @@ def process_group_from_environment(device: str | torch.device,
     if run_device.type == "cuda":
         torch.cuda.set_device(run_device)
     timeout = datetime.timedelta(seconds=float(timeout_s))
+    device_option: dict[str, Any] = {"device_id": run_device} if backend == "nccl" else {}
     try:
-        dist.init_process_group(backend, timeout=timeout, rank=rank, world_size=world,
-                                **({"device_id": run_device} if backend == "nccl" else {}))
+        dist.init_process_group(backend, timeout=timeout, rank=rank, world_size=world, **device_option)
     except (dist.DistError, RuntimeError, ValueError) as exc:
         raise ProcessGroupError(f"rank {rank}: cannot start the {backend} process group of {world} processes "
                                 f"({_first_line(exc)})") from None

@@ -72,10 +72,10 @@ def build_scheduler(
     if schedule == "bert_warmup_linear":
         bert_warmup_linear(0, max(total_steps, 1), warmup_ratio)  # validates the arguments now
 
-        def factor(step: int) -> float:
+        def bert_factor(step: int) -> float:
             return bert_warmup_linear(step, max(total_steps, 1), warmup_ratio)
 
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, bert_factor)
     warmup_steps = max(1, round(warmup_ratio * total_steps)) if warmup_ratio > 0 else 0
 
     def factor(step: int) -> float:

@@ -20,7 +20,7 @@ learning rate :math:`\eta`. The learning-rate schedule is applied from outside, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -72,8 +72,15 @@ class BertStyleAdam(torch.optim.Optimizer):
                         weight_decay=float(weight_decay), max_grad_norm=float(max_grad_norm))
         super().__init__(params, defaults)
 
+    # The overloads of torch.optim.Optimizer.step (a closure returns the loss).
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
-    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
         """One update of every parameter that has a gradient (others keep their state untouched)."""
         loss = None
         if closure is not None:

@@ -45,7 +45,7 @@ import math
 import warnings
 from dataclasses import InitVar, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from evidential_prvr.presets import (
     BaseLossSettings,
@@ -58,6 +58,7 @@ from evidential_prvr.presets import (
     canonical_dataset,
     holmes_settings,
 )
+from evidential_prvr.presets import ModelSettings as RegistryModelSettings
 from reference_models.engine.errors import check_choice
 from reference_models.holmes.model import ModelSettings
 
@@ -146,11 +147,12 @@ class OptimSettings(OptimizerSettings):
                 continue
             new = RENAMED[("optim", name)][1]
             warnings.warn(f"OptimSettings({name}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
+            setting: object = value
             if ("optim", name) in _SPLIT_BETAS:
                 betas = list(self.betas)
                 betas[_SPLIT_BETAS[("optim", name)]] = value
-                value = tuple(betas)
-            object.__setattr__(self, new, value)
+                setting = tuple(betas)
+            object.__setattr__(self, new, setting)
 
 
 @dataclass(frozen=True)
@@ -203,8 +205,8 @@ class HolmesConfig:
     model: ModelSettings = field(default_factory=ModelSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)
     schedule: ScheduleSettings = field(default_factory=ScheduleSettings)
-    weights: LossWeights = _TVR.weights
-    base: BaseLossSettings = _TVR.base
+    weights: LossWeights = cast(LossWeights, _TVR.weights)  # a data set's release preset has every section
+    base: BaseLossSettings = cast(BaseLossSettings, _TVR.base)
     inter: InterVideoSettings = _TVR.inter
     transport: TransportSettings = _TVR.transport
     intra: IntraVideoSettings = _TVR.intra
@@ -396,7 +398,7 @@ def _from_plain(section: str, values: dict[str, Any]) -> dict[str, Any]:
     out = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     if section == "model" and "widths" in out:
         widths = out["widths"]
-        out["widths"] = (holmes_settings("release", "tvr").model.widths if widths is None else
+        out["widths"] = (cast(RegistryModelSettings, holmes_settings("release", "tvr").model).widths if widths is None else
                          tuple(math.inf if w is None else w for w in widths) if isinstance(widths, tuple) else widths)
     return out
 
@@ -522,6 +524,8 @@ def from_registry(dataset: str, source: Literal["release", "paper"] = "release")
     check_choice(source, "source", ("release", "paper"))
     settings = holmes_settings(source, dataset)
     name = canonical_dataset(dataset)
+    # the preset of a data set has every section
+    assert settings.schedule is not None and settings.weights is not None and settings.base is not None
     return HolmesConfig(
         name=name if source == "release" else f"{name}-paper",
         model=ModelSettings(**_fields(settings.model)),

@@ -94,7 +94,7 @@ def read_history(checkpoint: Path) -> list[dict[str, Any]]:
     log = checkpoint.with_name("train.log")
     if not log.is_file():
         return []
-    history: dict[int, dict[str, Any]] = {}
+    by_epoch: dict[int, dict[str, Any]] = {}
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         match = re.search(r"\bepoch (\d+) ((?:\S+=\S+ ?)+)", line)
         if not match:
@@ -106,8 +106,8 @@ def read_history(checkpoint: Path) -> list[dict[str, Any]]:
                 record[key] = float(value)
             except ValueError:
                 continue
-        history[record["epoch"]] = record
-    return [history[e] for e in sorted(history)]
+        by_epoch[record["epoch"]] = record
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def _load(args: argparse.Namespace):
@@ -166,19 +166,21 @@ def _query_rows(order: list[int], result: QueryUncertainty, confidence: torch.Te
                 sims) -> list[report.QueryRow]:
     gt = split.caption_video_index
     top = torch.topk(sims.score, min(5, sims.score.shape[1]), dim=1)
+    correct = result.opinion.correct
+    assert correct is not None  # the opinion of a split with its ground truth
     rows = []
     for i in order:
         videos = [(split.video_ids[int(v)], float(s), int(v) == int(gt[i]))
                   for v, s in zip(top.indices[i].tolist(), top.values[i].tolist())]
         rows.append(report.QueryRow(
             split.caption_ids[i], sentences.get(split.caption_ids[i], ""), result.types[i] or "unknown",
-            TYPE_NAMES[int(result.identified[i])], float(confidence[i]), bool(result.opinion.correct[i]), videos))
+            TYPE_NAMES[int(result.identified[i])], float(confidence[i]), bool(correct[i]), videos))
     return rows
 
 
 def _type_recall(correct: torch.Tensor, types: list[str | None], identified: torch.Tensor) -> dict[str, dict]:
     out: dict[str, dict[str, float]] = {}
-    groups = {"identified": [TYPE_NAMES[int(t)] for t in identified.tolist()]}
+    groups: dict[str, list[str | None]] = {"identified": [TYPE_NAMES[int(t)] for t in identified.tolist()]}
     if any(t is not None for t in types):
         groups = {"planted": types, **groups}
     for group, labels in groups.items():
@@ -219,10 +221,12 @@ def run_diagnose(args: argparse.Namespace) -> int:
     uncertainty = RetrievalUncertainty.from_identifier(objective.identifier(), k=args.k)
     with torch.no_grad():
         _, val_queries, val_sims = uncertainty.encode(model, val, cfg, args.device)
-        val_types = [planted.get(c) for c in val.caption_ids] if planted else [None] * val.num_captions
+        val_types: list[str | None] = ([planted.get(c) for c in val.caption_ids] if planted
+                                       else [None] * val.num_captions)
         uncertainty.fit_scores(val_sims, val_queries, val.caption_video_index, val_types)
         videos, queries, sims = uncertainty.encode(model, split, cfg, args.device)
-        types = [planted.get(c) for c in split.caption_ids] if planted else [None] * split.num_captions
+        types: list[str | None] = ([planted.get(c) for c in split.caption_ids] if planted
+                                   else [None] * split.num_captions)
         gt = split.caption_video_index.to(sims.score.device)
         result = uncertainty.analyse(sims, queries, gt, types, videos)
         summary = uncertainty.summarise(result)

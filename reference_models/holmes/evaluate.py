@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -50,7 +50,7 @@ from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
 from evidential_prvr.search import INDEX_TYPES, ClipIndex, IndexSpec, SearchResult
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
-from reference_models.holmes.model import Similarities, VideoEmbeddings
+from reference_models.holmes.model import HolmesModel, Similarities, VideoEmbeddings
 from reference_models.holmes.scoring import (
     encode_all_queries,
     encode_all_videos,
@@ -203,7 +203,7 @@ def identification_report(identified: torch.Tensor, planted: list[str | None]) -
     """Precision, recall and support per type, accuracy and confusion matrix ``[planted][identified]``."""
     known = [i for i, t in enumerate(planted) if t is not None]
     pred = identified.detach().cpu()[known].tolist()
-    true = [TYPE_CODES[planted[i]] for i in known]
+    true = [TYPE_CODES[t] for t in planted if t is not None]  # the planted types of ``known``
     confusion = [[0] * 3 for _ in range(3)]
     for t, p in zip(true, pred):
         confusion[t][p] += 1
@@ -275,12 +275,12 @@ def evaluate_retrieval(
     device = torch.device(device)
     optim = config.optim
     start = time.perf_counter()
-    videos = encode_all_videos(model, make_video_loader(split, optim.eval_video_batch), device)
+    videos = encode_all_videos(cast(HolmesModel, model), make_video_loader(split, optim.eval_video_batch), device)
     _synchronize(device)
     video_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
-    queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
+    queries = encode_all_queries(cast(HolmesModel, model), make_query_loader(split, optim.eval_query_batch), device)
     gt = split.caption_video_index.to(device)
     ranked: Similarities | SearchResult
     search_info = None

@@ -32,7 +32,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import InitVar, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +68,7 @@ __all__ = [
 
 #: Gaussian widths of the release's eight parallel blocks (global + 0.5, 1, 2, 4, 8, 16, 32; the same for
 #: every data set), read from the registry :func:`evidential_prvr.presets.holmes_settings`.
-RELEASE_WIDTHS: tuple[float, ...] = holmes_settings("release", "tvr").model.widths
+RELEASE_WIDTHS: tuple[float, ...] = cast(RegistryModelSettings, holmes_settings("release", "tvr").model).widths
 
 #: A second set of eight widths, denser at the small end (global + 0.1, 0.5, 1, 3, 5, 8, 10).
 NARROW_WIDTHS: tuple[float, ...] = (math.inf, 0.1, 0.5, 1.0, 3.0, 5.0, 8.0, 10.0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,7 +83,7 @@ class ObjectiveTerms:
         return {k: getattr(self, k).detach() for k in ("total", "base", "inter", "intra", "pac")}
 
 
-def _inter_loss(config: HolmesConfig, distributed: bool = False, **changes: object) -> EvidentialRetrievalLoss:
+def _inter_loss(config: HolmesConfig, distributed: bool = False, **changes: Any) -> EvidentialRetrievalLoss:
     """L_inter of ``config``'s ``inter`` section with the ablation's fusion rule and ``changes``."""
     settings = dataclasses.replace(config.inter, fusion=config.ablation.fusion, **changes)
     return EvidentialRetrievalLoss.from_settings(settings, distributed=distributed)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -38,7 +38,11 @@ from evidential_prvr.uncertainty import CONFIDENCES, EVIDENTIAL_CONFIDENCES, Gal
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
 from reference_models.holmes.evaluate import TYPE_CODES, identification_report
+from reference_models.holmes.model import HolmesModel
 from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
+
+if TYPE_CHECKING:
+    from reference_models.holmes.objective import HolmesObjective
 
 __all__ = [
     "COVERAGES",
@@ -154,9 +158,10 @@ class RetrievalUncertainty:
     def encode(model: nn.Module, split: PRVRSplit, config: HolmesConfig, device: torch.device | str):
         """``(videos, queries, sims)`` of a split (eval mode, blockwise scoring)."""
         optim = config.optim
-        videos = encode_all_videos(model, make_video_loader(split, optim.eval_video_batch), device)
-        queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
-        sims = score_matrix(model, videos, queries, query_chunk=optim.score_chunk, video_chunk=optim.eval_video_batch)
+        holmes = cast(HolmesModel, model)  # a Holmes reference model
+        videos = encode_all_videos(holmes, make_video_loader(split, optim.eval_video_batch), device)
+        queries = encode_all_queries(holmes, make_query_loader(split, optim.eval_query_batch), device)
+        sims = score_matrix(holmes, videos, queries, query_chunk=optim.score_chunk, video_chunk=optim.eval_video_batch)
         return videos, queries, sims
 
     # --- fit --------------------------------------------------------------------------------------
@@ -172,7 +177,8 @@ class RetrievalUncertainty:
     ) -> RetrievalUncertainty:
         """Fit the query-norm reference and the identification thresholds on ``split`` (the validation split)."""
         _, queries, sims = self.encode(model, split, config, device)
-        types = [planted_types.get(c) for c in split.caption_ids] if planted_types else [None] * split.num_captions
+        types: list[str | None] = ([planted_types.get(c) for c in split.caption_ids] if planted_types
+                                   else [None] * split.num_captions)
         self.fit_scores(sims, queries, split.caption_video_index, types)
         return self
 
@@ -184,11 +190,13 @@ class RetrievalUncertainty:
         """
         self.reference_norm = float(queries.norm(dim=-1).mean())
         op = self.opinion(sims, queries, gt)
-        assert op.correct is not None
+        correct = op.correct
+        assert correct is not None
         self.chosen_confidence = min(EVIDENTIAL_CONFIDENCES,
-                                     key=lambda kind: float(aurc(selective_confidence(op, kind), op.correct)))
+                                     key=lambda kind: float(aurc(selective_confidence(op, kind), correct)))
         if types and all(t is not None for t in types):
-            codes = torch.tensor([TYPE_CODES[t] for t in types], dtype=torch.int64, device=op.candidates.device)
+            codes = torch.tensor([TYPE_CODES[t] for t in types if t is not None], dtype=torch.int64,
+                                 device=op.candidates.device)
             self.fit_criterion = "macro-F1 against the planted types"
             return self.identifier.fit(op, query_types=codes)
         self.fit_criterion = "Youden J of top-1 correctness"
@@ -235,7 +243,7 @@ def _ranking(sims: Any) -> torch.Tensor:
 
 def fit_retrieval_uncertainty(
     model: nn.Module,
-    objective: nn.Module,
+    objective: HolmesObjective,
     val_split: PRVRSplit,
     config: HolmesConfig,
     *,

@@ -18,7 +18,7 @@ computes the single-process loss of the global batch (the calling convention of 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -40,7 +40,7 @@ from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_train_loader
 from reference_models.holmes.evaluate import evaluate_retrieval
 from reference_models.holmes.factory import build_model
-from reference_models.holmes.model import VideoEmbeddings, max_over_positions
+from reference_models.holmes.model import HolmesModel, VideoEmbeddings, max_over_positions
 from reference_models.holmes.objective import DistributedHolmesObjective, HolmesObjective, ObjectiveTerms
 from reference_models.holmes.optimization import optimizer_from_settings
 
@@ -130,7 +130,8 @@ class HolmesTask(TrainingTask):
         if self.run is None:
             output = model(batch)
         else:  # the model encodes only; its queries are scored once, against the gathered global batch
-            output, batch = _global_scores(model.module, model(batch, score_batch=False), batch)
+            # model: the DistributedDataParallel wrapper of the HolmesModel
+            output, batch = _global_scores(cast(HolmesModel, model.module), model(batch, score_batch=False), batch)
         try:
             return objective(output, batch, max_queries)
         except ValueError as exc:  # the library refuses non-finite scores: say that training diverged
@@ -160,15 +161,15 @@ class HolmesTask(TrainingTask):
         from reference_models.holmes.scoring import encode_all_queries, encode_all_videos, score_matrix
 
         optim = self.config.optim
-        videos = encode_all_videos(model, make_video_loader(split, optim.eval_video_batch), device)
-        queries = encode_all_queries(model, make_query_loader(split, optim.eval_query_batch), device)
+        videos = encode_all_videos(cast(HolmesModel, model), make_video_loader(split, optim.eval_video_batch), device)
+        queries = encode_all_queries(cast(HolmesModel, model), make_query_loader(split, optim.eval_query_batch), device)
         scores = score_matrix(model, videos, queries, query_chunk=optim.score_chunk,  # type: ignore[arg-type]
                               video_chunk=optim.eval_video_batch).score
         ranks = ranks_of_ground_truth(scores, split.caption_video_index.to(scores.device))
         return QueryRanks(ranks.tolist(), list(split.caption_ids))
 
 
-def _global_scores(model: nn.Module, output, batch):
+def _global_scores(model: HolmesModel, output, batch):
     """This rank's ``output`` and ``batch`` in the distributed calling convention: its queries' scores and
     logits against every video of the global batch (gathered with gradient, rank order) and its captions'
     global video indices; ``output.videos`` (the clip embeddings of L_intra) stays this rank's own. ``output``

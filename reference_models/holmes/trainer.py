@@ -22,6 +22,7 @@ from reference_models.engine.trainer import (
 )
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit
+from reference_models.holmes.objective import HolmesObjective
 from reference_models.holmes.task import HolmesTask
 
 __all__ = ["TrainResult", "Trainer", "autocast_context", "ResumeMismatchError", "TrainingDivergedError"]
@@ -51,6 +52,7 @@ class Trainer(EngineTrainer):
     """
 
     task: HolmesTask
+    objective: HolmesObjective  # HolmesTask.build_objective's
 
     def __init__(self, config: HolmesConfig, train_split: PRVRSplit, val_split: PRVRSplit, output_dir: str | Path,
                  **options: Any) -> None:

@@ -45,6 +45,7 @@ import csv
 import io
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -215,7 +216,7 @@ class _Generator:
         entities = {k: _Entity(**vars(e)) for k, e in video.entities.items()}
         scene = video.scene
         if edit.kind == "scene":
-            scene = edit.value  # every token is re-drawn with the new scene
+            scene = cast(str, edit.value)  # every token is re-drawn with the new scene
             return self.features(_Video(scene, entities, video.style))
         if edit.kind == "add":
             used = {slot for e in entities.values() for slot in e.slots}
@@ -223,10 +224,12 @@ class _Generator:
             entities["item"].plural = False
         elif edit.kind == "remove":
             entities = {"background": _Entity("item", "", "", entities["item"].slots)}
-        elif edit.kind == "recolor":
-            entities = {edit.category: _Entity(**{**vars(entities[edit.category]), "attribute": edit.value})}
+        elif edit.kind == "recolor":  # recolor and replace name the category they edit
+            category = cast(str, edit.category)
+            entities = {category: _Entity(**{**vars(entities[category]), "attribute": edit.value})}
         else:
-            entities = {edit.category: _Entity(**{**vars(entities[edit.category]), "cls": edit.value})}
+            category = cast(str, edit.category)
+            entities = {category: _Entity(**{**vars(entities[category]), "cls": edit.value})}
         changed = self.features(_Video(scene, {k: e for k, e in entities.items() if e.cls}, video.style))
         for e in entities.values():
             for f, t in e.slots:
@@ -258,7 +261,7 @@ def _edit_type(video: _Video, edit: _Edit, pronoun: bool) -> str:
 
 def _split(gen: _Generator, name: str, n_videos: int, edits_per_video: int, pronoun_ratio: float,
            emb_dir: Path) -> list[list[str]]:
-    plans = []
+    plans: list[tuple[_Video, list[_Edit]]] = []
     for v in range(n_videos):
         if gen.spec.near_duplicates > 1 and v % gen.spec.near_duplicates:  # a near-duplicate of the group's first
             first = plans[-1][0]

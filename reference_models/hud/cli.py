@@ -19,6 +19,7 @@ import argparse
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -118,7 +119,7 @@ def _load(paths: dict[str, SplitPaths], config: HUDRunConfig, vocabulary: Vocabu
 # --- one run --------------------------------------------------------------------------------------------
 def run_variant(config: HUDRunConfig, splits, vocabulary, out: Path, *, device: str = "cpu", seed: int = 0,
                 resume: bool = False, overwrite: bool = False, show_progress: bool = False, amp: bool = False,
-                verbose: bool = True) -> dict[str, object]:
+                verbose: bool = True) -> dict[str, Any]:
     """Train ``config`` with the engine in ``out`` and return its val and test recalls (``out/results.json``)."""
     out = engine.prepare_output_folder(out)
     with engine.RunLock(out):

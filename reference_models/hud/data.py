@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -173,7 +174,7 @@ class EmbeddingStore:
         self.is_hdf5 = self.location.is_file() and self.location.suffix in (".h5", ".hdf5")
         if not self.is_hdf5 and not self.location.is_dir():
             raise DataValidationError(self.location, "missing embedding folder (or .h5 file)")
-        self._handle = None
+        self._handle: Any = None  # the open h5py.File, once read
 
     def file_of(self, video_id: str) -> Path:
         """The file an id is read from (the ``.pth`` file, or the HDF5 file)."""
@@ -427,9 +428,11 @@ class CVRBatch:
 
     def to(self, device: torch.device) -> CVRBatch:
         """The batch on ``device``."""
-        move = lambda x: None if x is None else x.to(device, non_blocking=True)  # noqa: E731
+        def move(x: torch.Tensor) -> torch.Tensor:
+            return x.to(device, non_blocking=True)
+
         return CVRBatch(move(self.reference), move(self.target), move(self.text_ids), move(self.text_mask),
-                        move(self.text_features), self.indices)
+                        None if self.text_features is None else move(self.text_features), self.indices)
 
 
 def make_batch(split: CVRSplit, indices: torch.Tensor) -> CVRBatch:

@@ -69,7 +69,7 @@ def evaluate_split(method, model: nn.Module, split: CVRSplit, device: torch.devi
     HUD's samples are drawn from a generator seeded with ``seed``, so an evaluation is deterministic.
     """
     all_ranks = split_ranks(method, model, split, device, batch_size=batch_size, seed=seed)
-    result: dict[str, object] = recall_at_k(all_ranks)
+    result: dict[str, object] = dict(recall_at_k(all_ranks))
     types = split.edit_types
     result["per_type"] = {
         kind: {**recall_at_k(all_ranks[[i for i, t in enumerate(types) if t == kind]]), "count": types.count(kind)}

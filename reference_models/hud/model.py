@@ -15,6 +15,7 @@ a gallery become scores; the task and the evaluation use them only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -78,7 +79,9 @@ class CVRBackbone(nn.Module):
         """Text tokens ``[B, words, dim]`` and their mask of a batch."""
         n = self.settings.max_words  # longer precomputed edits are truncated like tokenised ones
         mask = batch.text_mask[:, :n]
-        x = self.text_in(batch.text_features[:, :n] if self.settings.text_dim > 0 else batch.text_ids[:, :n])
+        # with text_dim > 0 the batches carry precomputed text features
+        x = self.text_in(cast(torch.Tensor, batch.text_features)[:, :n] if self.settings.text_dim > 0
+                         else batch.text_ids[:, :n])
         x = x + self.word_position[: x.shape[1]]
         return self.text_encoder(x, src_key_padding_mask=~mask), mask
 
@@ -153,10 +156,11 @@ class BaseMethod:
 
     def queries(self, model: CVRModel, batch: CVRBatch, generator=None) -> torch.Tensor:
         text, mask = model.backbone.encode_text(batch)
-        return model.composer.compose(model.backbone.encode_video(batch.reference), text, mask)
+        composer = cast(CoVRComposer, model.composer)  # a base model's
+        return composer.compose(model.backbone.encode_video(batch.reference), text, mask)
 
     def gallery(self, model: CVRModel, videos: torch.Tensor) -> torch.Tensor:
-        return model.composer.embed_targets(model.backbone.encode_video(videos))
+        return cast(CoVRComposer, model.composer).embed_targets(model.backbone.encode_video(videos))
 
     def scores(self, model: CVRModel, queries: torch.Tensor, gallery: torch.Tensor) -> torch.Tensor:
         return queries @ gallery.T
@@ -172,18 +176,20 @@ class HUDMethod:
 
     def loss(self, model: CVRModel, objective: nn.Module, batch: CVRBatch, generator=None):
         text, mask = model.backbone.encode_text(batch)
-        return model.hud(model.backbone.encode_video(batch.reference), text, model.backbone.encode_video(batch.target),
-                         text_mask=mask, generator=generator)
+        hud = cast(HUDObjective, model.hud)  # a HUD model's
+        return hud(model.backbone.encode_video(batch.reference), text, model.backbone.encode_video(batch.target),
+                   text_mask=mask, generator=generator)
 
     def queries(self, model: CVRModel, batch: CVRBatch, generator=None):
         text, mask = model.backbone.encode_text(batch)
-        return model.hud.compose(model.backbone.encode_video(batch.reference), text, text_mask=mask, generator=generator)
+        hud = cast(HUDObjective, model.hud)
+        return hud.compose(model.backbone.encode_video(batch.reference), text, text_mask=mask, generator=generator)
 
     def gallery(self, model: CVRModel, videos: torch.Tensor):
-        return model.hud.embed_targets(model.backbone.encode_video(videos))
+        return cast(HUDObjective, model.hud).embed_targets(model.backbone.encode_video(videos))
 
     def scores(self, model: CVRModel, queries, gallery) -> torch.Tensor:
-        return model.hud.similarity(queries, gallery)
+        return cast(HUDObjective, model.hud).similarity(queries, gallery)
 
 
-METHODS = {"base": BaseMethod(), "hud": HUDMethod()}
+METHODS: dict[str, BaseMethod | HUDMethod] = {"base": BaseMethod(), "hud": HUDMethod()}

@@ -9,7 +9,7 @@ reference video, AdamW, and the validation recalls of the WebVid-CoVR protocol (
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -29,7 +29,8 @@ def backbone_settings(config: HUDRunConfig, split: CVRSplit, vocabulary: Vocabul
     text_dim = 0 if split.text_features is None else int(split.text_features.shape[-1])
     return BackboneSettings(video_dim=dim, frames=frames, tokens_per_frame=tokens,
                             vocabulary_size=0 if vocabulary is None else len(vocabulary), text_dim=text_dim,
-                            max_words=config.max_words if text_dim == 0 else int(split.text_features.shape[1]),
+                            max_words=(config.max_words if text_dim == 0  # else the split has text features
+                                       else int(cast(torch.Tensor, split.text_features).shape[1])),
                             **config.backbone_sizes())
 
 
@@ -95,7 +96,7 @@ class CVRTask(TrainingTask):
         return TripletLoader(self.train_split, self.config.batch_size, seed)
 
     def training_step(self, model: nn.Module, objective: nn.Module, batch, device: torch.device):
-        return self.method.loss(model, objective, batch.to(device))
+        return self.method.loss(cast(CVRModel, model), objective, batch.to(device))  # build_model's CVRModel
 
     def build_optimizer(self, modules: list[nn.Module]) -> torch.optim.Optimizer:
         params = [p for m in modules for p in m.parameters() if p.requires_grad]

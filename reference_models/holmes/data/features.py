@@ -234,7 +234,7 @@ def _raise_duplicate_key(path: Path, node: ast.Dict) -> None:
         name = ast.literal_eval(key) if key is not None else None
         if name in first_line:
             raise DataValidationError(
-                path, f"video id {name!r} is listed twice (lines {first_line[name]} and {key.lineno})"
+                path, f"video id {name!r} is listed twice (lines {first_line[name]} and {getattr(key, 'lineno', 0)})"
             )
         first_line[name] = getattr(key, "lineno", 0)
 

@@ -30,14 +30,14 @@ __all__ = [
 ]
 
 
-def build_video_batch(split: PRVRSplit, video_indices: Sequence[int]) -> VideoBatch:
+def build_video_batch(split: PRVRSplit, video_indices: Sequence[int] | np.ndarray) -> VideoBatch:
     """The :class:`VideoBatch` of the given videos of ``split``."""
     clips, frames = zip(*(split.read_video(int(i)) for i in video_indices))
     clip_feats, frame_feats, frame_mask = collate_videos(clips, frames, split.n_frames)
     return VideoBatch(clip_feats, frame_feats, frame_mask, [split.video_ids[int(i)] for i in video_indices])
 
 
-def build_query_batch(split: PRVRSplit, caption_indices: Sequence[int]) -> QueryBatch:
+def build_query_batch(split: PRVRSplit, caption_indices: Sequence[int] | np.ndarray) -> QueryBatch:
     """The :class:`QueryBatch` of the given captions of ``split``."""
     idx = torch.as_tensor(np.asarray(caption_indices, dtype=np.int64))
     feats, mask = collate_queries([split.read_query(int(i)) for i in caption_indices])
@@ -45,7 +45,7 @@ def build_query_batch(split: PRVRSplit, caption_indices: Sequence[int]) -> Query
                       split.caption_video_index[idx])
 
 
-def build_train_batch(split: PRVRSplit, video_indices: Sequence[int]) -> TrainBatch:
+def build_train_batch(split: PRVRSplit, video_indices: Sequence[int] | np.ndarray) -> TrainBatch:
     """The :class:`TrainBatch` of the given videos of ``split`` with all of their captions."""
     videos = build_video_batch(split, video_indices)
     caption_lists = [split.video_caption_indices[int(v)] for v in video_indices]

@@ -12,9 +12,10 @@ import torch
 
 from reference_models.engine.fingerprint import fingerprint_differences
 from reference_models.holmes.data.errors import DataValidationError
-from reference_models.holmes.data.features import BigFileReader, HDF5Reader, open_visual_reader
+from reference_models.holmes.data.features import HDF5Reader, open_visual_reader
 from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_captions
 from reference_models.holmes.data.sampling import BOUNDARY_MODES, l2_normalize, pool_segments, sample_frames
+from reference_models.holmes.data.visual_formats import VisualReader
 
 __all__ = ["PRVRSplit", "load_split", "fingerprint_differences"]
 
@@ -55,7 +56,7 @@ class PRVRSplit:
     n_clips: int
     n_frames: int
     boundaries: str
-    _visual: HDF5Reader | BigFileReader = field(repr=False)
+    _visual: VisualReader = field(repr=False)  # HDF5Reader, BigFileReader or another format's reader
     _text: HDF5Reader = field(repr=False)
 
     @property
