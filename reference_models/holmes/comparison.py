@@ -75,7 +75,7 @@ class HolmesComparison:
 def runner(epochs: int | None = None, scale: float = 1.0, benchmark: str = "embedded") -> HolmesComparison:
     """The runner of the command line: ``epochs`` overrides the preset's, ``scale`` multiplies the number of
     videos of every split (the design stays; < 1 for quick checks), ``benchmark`` is a name of
-    :data:`~reference_models.holmes.data.BENCHMARKS`."""
+    :data:`~reference_models.holmes.data.embedded.BENCHMARKS`."""
     config = preset("embedded")
     if epochs is not None:
         config = config.replace(schedule={"epochs": epochs})
