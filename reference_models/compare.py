@@ -5,8 +5,8 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
   when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
   Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
-  ``--benchmark tvr-regime`` (Holmes) or ``covr-regime`` (HUD): the named benchmark in the paper's regime
-  instead of the embedded one.
+  ``--benchmark tvr-regime`` (Holmes), ``covr-regime`` (HUD) or ``msrvtt-regime`` (DAB): the named benchmark in
+  the paper's regime instead of the embedded one.
 * ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
   and draws ``DIR/comparison.png``.
 
@@ -48,7 +48,7 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime"), "hud": ("embedded", "covr-regime"), "dab": ("embedded",)}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,
@@ -91,7 +91,7 @@ def build_parser() -> engine.OneLineParser:
                      help="videos per split as a fraction of the benchmark's (same design)")
     run.add_argument("--benchmark", choices=sorted({n for names in BENCHMARK_NAMES.values() for n in names}),
                      help="the named benchmark instance (default: the task's embedded one; the paper's regime: "
-                          "holmes: tvr-regime, hud: covr-regime)")
+                          "holmes: tvr-regime, hud: covr-regime, dab: msrvtt-regime)")
     run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     run.add_argument("--no-report", action="store_true", help="train only; merge later with report")
@@ -144,11 +144,13 @@ def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot
     worse = any(c["worse_than_base"] for c in headline.values())
     text = ("beats its base" if beats else "worse than its base" if worse
             else "cannot tell (an interval of a headline metric includes zero)")
+    diagnostics = grid.collect_diagnostics(records, spec)
     return {
         "schema": SCHEMA, "task": plan["task"], "method": spec.method, "base": spec.base,
         "headline": list(spec.headline), "primary_set": spec.primary, "level": 0.95, "n_boot": n_boot,
         "bootstrap_seed": bootstrap_seed, "interval_method": METHOD, "settings": plan["settings"],
         "sets": sets,
+        **({"diagnostics": diagnostics} if diagnostics else {}),
         "runs": [{"variant": r.variant, "data_seed": r.data_seed, "seed": r.seed, "train_seconds": r.train_seconds}
                  for r in records if r.variant in spec.variants],
         "verdict": {"rule": VERDICT_RULE, "beats_base": beats, "worse_than_base": worse, "text": text},

@@ -16,12 +16,13 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from reference_models.dab.config import COSTS, POOLINGS, VARIANTS, T2VConfig
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split, validate_data_root
+from reference_models.dab.diagnostics import benchmark_labels, format_diagnostics, model_diagnostics
 from reference_models.dab.evaluate import evaluate_split, query_cost
 from reference_models.dab.model import T2VModel
 from reference_models.dab.task import T2VTask
@@ -98,14 +99,17 @@ def _load(root: Path, splits: tuple[str, ...], max_frames: int) -> dict[str, T2V
 
 
 def run_variant(config: T2VConfig, splits: dict[str, T2VSplit], out: Path, *, seed: int, device: str,
-                show_progress: bool = False, resume: bool = False) -> dict[str, Any]:
+                show_progress: bool = False, resume: bool = False,
+                data_root: Path | None = None) -> dict[str, Any]:
     """Train ``config`` on ``splits["train"]`` (selection on ``"val"``), evaluate the best epoch on the test
-    splits present; returns the metrics by split plus the training summary and the per-query efficiency."""
+    splits present; returns the metrics by split plus the training summary, the per-query efficiency and, for the
+    Gaussian heads, the uncertainty diagnostics (:mod:`reference_models.dab.diagnostics`, on ``test_all`` when
+    present, by caption kind and number of events when ``data_root`` has a ``benchmark_meta.json``)."""
     start = time.perf_counter()
     trainer = Trainer(T2VTask(config, splits["train"], splits["val"]), out, device=device, seed=seed,
                       show_progress=show_progress)
     fit = trainer.fit(resume=resume)
-    model = trainer.load_best()
+    model = cast(T2VModel, trainer.load_best())  # the task's model
     result: dict[str, Any] = {"best_epoch": fit.best_epoch, "best_val_R@1": fit.best_metric}
     result["train_seconds"] = time.perf_counter() - start
     result["train_seconds_per_epoch"] = sum(h["train_seconds"] for h in fit.history) / max(len(fit.history), 1)
@@ -113,7 +117,19 @@ def run_variant(config: T2VConfig, splits: dict[str, T2VSplit], out: Path, *, se
         if split in splits:
             result[split] = evaluate_split(model, splits[split], device)
     result["efficiency"] = query_cost(model, splits.get("test", splits["val"]), device)
+    name = next(s for s in ("test_all", "test", "val") if s in splits)
+    video_events, query_kinds = (None, None) if data_root is None else benchmark_labels(data_root, splits[name])
+    diagnostics = model_diagnostics(model, splits[name], device, video_events=video_events, query_kinds=query_kinds)
+    if diagnostics is not None:
+        result["diagnostics"] = {"set": name, **diagnostics}
     return result
+
+
+def _print_diagnostics(results: dict[str, dict[str, Any]]) -> None:
+    for name, result in results.items():
+        if result.get("diagnostics"):
+            print(f"uncertainty diagnostics of {name} ({result['diagnostics']['set']}):\n"
+                  f"{format_diagnostics(result['diagnostics'])}")
 
 
 def _summary_rows(results: dict[str, dict[str, Any]], split: str) -> list[list[str]]:
@@ -150,6 +166,7 @@ def _demo(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {}
     for name, variant in variants.items():
         results[name] = run_variant(variant, splits, out / name, seed=args.seed, device=args.device,
+                                    data_root=out / "data",
                                     show_progress=not args.no_progress)
         print(f"[{name}] test R@1 {results[name]['test']['R@1']:.1f} MnR {results[name]['test']['MnR']:.1f} "
               f"({results[name]['train_seconds']:.0f}s)", flush=True)
@@ -159,6 +176,7 @@ def _demo(args: argparse.Namespace) -> int:
     write_json(out / "results.json", results)
     for split, title in (("test", "1k-A-style test (one caption per video)"), ("test_all", "all-captions test")):
         print(f"{title}:\n{format_table(_summary_rows(models, split))}")
+    _print_diagnostics(models)
     print(f"results written to {out / 'results.json'} ({results['total_seconds']:.0f}s)")
     return 0
 
@@ -183,9 +201,11 @@ def _train(args: argparse.Namespace) -> int:
     splits = _load(args.data_root, SPLITS, config.backbone.max_frames)  # before anything is written
     claim_output_folder(args.output_dir, resume=args.resume, overwrite=args.overwrite)
     result = run_variant(config, splits, args.output_dir, seed=args.seed, device=args.device,
+                         data_root=args.data_root,
                          show_progress=not args.no_progress, resume=args.resume)
     write_json(args.output_dir / "results.json", {"config": config.to_dict(), **result})
     print(format_table(_summary_rows({config.head.variant: result}, "test")))
+    _print_diagnostics({config.head.variant: result})
     return 0
 
 
@@ -205,7 +225,7 @@ def load_trained(path: Path, device: str = "cpu") -> T2VModel:
 def _evaluate(args: argparse.Namespace) -> int:
     model = load_trained(args.checkpoint, args.device)
     split = _load(args.data_root, (args.split,), model.config.backbone.max_frames)[args.split]
-    frame_dim, text_dim = model.frame_proj.in_features, model.text_mlp[0].normalized_shape[0]
+    frame_dim, text_dim = model.frame_dim, model.text_dim
     if split.frames.shape[2] != frame_dim or split.text.shape[1] != text_dim:
         raise UserError(f"--data-root {args.data_root}: features are {split.frames.shape[2]}/{split.text.shape[1]}-d, "
                         f"checkpoint {args.checkpoint} expects {frame_dim}/{text_dim}")

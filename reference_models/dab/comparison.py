@@ -5,6 +5,14 @@ generator and spec); each run trains one variant with the engine's trainer as
 :func:`reference_models.dab.cli.run_variant` does (``best.pt`` on the validation R@1), then
 :meth:`~reference_models.dab.task.T2VTask.query_ranks` ranks the 1k-A-style test (``test``) and the
 all-captions test (``test_all``); the caption kinds (``specific``, ``generic``) are the query types.
+
+On the ``msrvtt-regime`` benchmark (``runner(benchmark="msrvtt-regime")``, ``--benchmark msrvtt-regime``) the
+runs train with the ``msrvtt-regime`` config (:data:`~reference_models.dab.config.PRESETS`, the base with the
+same backbone treatment), and a third set, ``generic_multi``, scores the generic captions of the all-captions
+test by multi-positive recall: any test video of the caption's topic counts (a generic caption, "something of
+topic t happens", is true of every video of topic t). Every run with a Gaussian head also writes
+``diagnostics.json`` (:func:`~reference_models.dab.diagnostics.model_diagnostics` on the all-captions test),
+which the comparison's report averages per model.
 """
 
 from __future__ import annotations
@@ -12,15 +20,32 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from reference_models.dab.benchmark import T2VBenchmarkSpec, generate_t2v_benchmark
-from reference_models.dab.config import T2VConfig
-from reference_models.dab.data import SPLITS, load_t2v_split
+import torch
+
+from reference_models.dab.benchmark import T2VBenchmarkSpec, benchmark_spec, generate_t2v_benchmark
+from reference_models.dab.config import T2VConfig, preset
+from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split
+from reference_models.dab.diagnostics import benchmark_labels, model_diagnostics
+from reference_models.dab.evaluate import multi_positive_ranks, score_split
+from reference_models.dab.model import T2VModel
 from reference_models.dab.task import T2VTask
-from reference_models.engine import QueryRanks, Trainer
+from reference_models.engine import ComparisonSpec, QueryRanks, Trainer, write_json
+from reference_models.engine import compare as grid
 
-__all__ = ["DABComparison", "runner"]
+__all__ = ["DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "runner"]
+
+#: The extra evaluation set of the ``msrvtt-regime`` comparison: the all-captions test's generic captions, ranked
+#: by multi-positive recall (any test video of the caption's topic counts).
+MULTI_POSITIVE_SET = "generic_multi"
+#: A run's uncertainty diagnostics (Gaussian heads), next to its ``ranks.json``.
+DIAGNOSTICS_NAME = grid.DIAGNOSTICS_NAME  # the engine's name: the report reads it
+#: Fields added to the settings after the embedded comparison was first run, with the values that reproduce it:
+#: left out of that comparison's settings, so that its earlier folders stay valid.
+_LATER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "backbone": {"encoder": "mlp"}, "optim": {"groups": "heads", "encoders": "train"},
+    "benchmark": {"feature_space": "separate", "alignment": 0.5, "modality_gap": 0.0}}
 
 
 class DABComparison:
@@ -32,20 +57,35 @@ class DABComparison:
         DAB's config (default: ``demo``'s); the base is its ``head.variant = "base"``.
     spec : T2VBenchmarkSpec
         The benchmark instances' design (default: the embedded benchmark's).
+    multi_positive : bool
+        Also rank the ``generic_multi`` set (:data:`MULTI_POSITIVE_SET`; the ``msrvtt-regime`` comparison).
     """
 
     task = "dab"
-    spec = T2VTask.comparison
+    spec: ComparisonSpec = T2VTask.comparison
 
-    def __init__(self, config: T2VConfig | None = None, spec: T2VBenchmarkSpec | None = None) -> None:
+    def __init__(self, config: T2VConfig | None = None, spec: T2VBenchmarkSpec | None = None, *,
+                 multi_positive: bool = False) -> None:
         self.config = config if config is not None else T2VConfig()
         self.benchmark = spec if spec is not None else T2VBenchmarkSpec()
+        self.multi_positive = multi_positive
+        if multi_positive:
+            self.spec = dataclasses.replace(T2VTask.comparison, sets=(*T2VTask.comparison.sets, MULTI_POSITIVE_SET))
 
     def variant_config(self, variant: str) -> T2VConfig:
         return self.config if variant == "dab" else self.config.replace(head={"variant": "base"})
 
     def settings(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}
+        settings: dict[str, Any] = {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}
+        sections: dict[str, dict[str, Any]] = {"backbone": settings["config"]["backbone"], "optim": settings["config"]["optim"],
+                    "benchmark": settings["benchmark"]}
+        if all(sections[name][k] == v for name, fields in _LATER_DEFAULTS.items() for k, v in fields.items()):
+            for name, fields in _LATER_DEFAULTS.items():  # the embedded design's settings as they were before
+                for key in fields:
+                    del sections[name][key]
+        if self.multi_positive:
+            settings["multi_positive"] = MULTI_POSITIVE_SET
+        return settings
 
     def prepare_data(self, folder: Path, data_seed: int) -> None:
         generate_t2v_benchmark(folder, seed=data_seed, spec=self.benchmark)
@@ -57,21 +97,44 @@ class DABComparison:
         trainer = Trainer(T2VTask(config, splits["train"], splits["val"]), out, device=device, seed=seed,
                           show_progress=show_progress)
         trainer.fit(resume=resume)
-        model = trainer.load_best()
-        kinds = json.loads((data / "benchmark_meta.json").read_text(encoding="utf-8"))["sentences"]
+        model = cast(T2VModel, trainer.load_best())  # the task's model
+        meta = json.loads((data / "benchmark_meta.json").read_text(encoding="utf-8"))
+        kinds = meta["sentences"]
         result = {}
-        for name in self.spec.sets:
+        for name in T2VTask.comparison.sets:
             ranks = trainer.task.query_ranks(model, splits[name], device)
             ranks.query_types = [kinds.get(i, {}).get("kind", "unknown") for i in ranks.query_ids]
             result[name] = ranks
+        if self.multi_positive:
+            result[MULTI_POSITIVE_SET] = generic_multi_positive_ranks(model, splits["test_all"], meta, device)
+        video_events, query_kinds = benchmark_labels(data, splits["test_all"])
+        diagnostics = model_diagnostics(model, splits["test_all"], device, video_events=video_events,
+                                        query_kinds=query_kinds)
+        if diagnostics is not None:
+            write_json(out / DIAGNOSTICS_NAME, {"variant": variant, "set": "test_all", **diagnostics})
         return result
 
 
-def runner(epochs: int | None = None, scale: float = 1.0) -> DABComparison:
-    """The runner of the command line (``scale``: videos per split as a fraction of the benchmark's)."""
-    config = T2VConfig() if epochs is None else T2VConfig().replace(optim={"epochs": epochs})
-    spec = T2VBenchmarkSpec()
-    if scale != 1.0:
-        spec = dataclasses.replace(spec, **{f"n_{s}": max(4, round(getattr(spec, f"n_{s}") * scale))
-                                            for s in ("train", "val", "test")})
-    return DABComparison(config, spec)
+def generic_multi_positive_ranks(model: T2VModel, split: T2VSplit, meta: dict[str, Any],
+                                 device: str | torch.device = "cpu") -> QueryRanks:
+    """The ranks of the generic captions of ``split`` when any of its videos of the caption's topic counts
+    (:func:`~reference_models.dab.evaluate.multi_positive_ranks`); ``meta`` is the ``benchmark_meta.json``."""
+    kinds, videos = meta["sentences"], meta["videos"]
+    generic = [i for i, sen_id in enumerate(split.sen_ids) if kinds[str(sen_id)]["kind"] == "generic"]
+    topics = torch.tensor([int(videos[vid]["topic"]) for vid in split.video_ids])
+    rows = torch.tensor(generic, dtype=torch.long)
+    own_topic = topics[split.query_video[rows]]
+    scores = score_split(model, split, device).logits[rows]
+    ranks = multi_positive_ranks(scores, own_topic[:, None] == topics[None, :])
+    return QueryRanks(ranks.tolist(), [str(split.sen_ids[i]) for i in generic], ["generic"] * len(generic))
+
+
+def runner(epochs: int | None = None, scale: float = 1.0, benchmark: str = "embedded") -> DABComparison:
+    """The runner of the command line (``scale``: videos per split as a fraction of the benchmark's;
+    ``benchmark``: a name of :data:`~reference_models.dab.benchmark.BENCHMARKS`, trained with the config preset
+    of the same name, :data:`~reference_models.dab.config.PRESETS`)."""
+    spec, config = benchmark_spec(benchmark), preset(benchmark)
+    if epochs is not None:
+        config = config.replace(optim={"epochs": epochs})
+    return DABComparison(config, spec.scaled(scale) if scale != 1.0 else spec,
+                         multi_positive=benchmark != "embedded")

@@ -12,8 +12,8 @@ from typing import Any
 
 from reference_models.engine import check_choice, fingerprint_differences
 
-__all__ = ["VARIANTS", "COSTS", "POOLINGS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
-           "T2VConfig"]
+__all__ = ["VARIANTS", "COSTS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
+           "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings", "T2VConfig", "preset"]
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
 #: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
@@ -23,6 +23,17 @@ VARIANTS = ("base", "dab", "prob", "bridge")
 COSTS = ("kl", "w2")
 #: The frame pooling, CLIP4Clip's mean of the frame tokens or X-Pool's text-conditioned attention.
 POOLINGS = ("mean", "xpool")
+#: The feature encoders (text MLP and frame projection), ``mlp`` trained from scratch (the embedded benchmark's),
+#: or ``identity``, square linear maps initialised at the identity (the stand-in for frozen, pretrained CLIP
+#: encoders: the model starts at the features' own cosine; needs ``hidden`` = the feature sizes).
+ENCODERS = ("mlp", "identity")
+#: How the two AdamW parameter groups are cut. ``heads`` puts DAB's Gaussian heads and bridge at
+#: ``optim.head_lr`` and everything else at ``optim.lr`` (the embedded benchmark's); ``encoders`` puts the
+#: feature encoders (the CLIP-encoder stand-in) at ``optim.lr`` and everything else (temporal transformer,
+#: pooling, logit scale, Gaussian heads, bridge) at ``optim.head_lr`` (DAB's paper: 1e-6 and 1e-4).
+LR_GROUPS = ("heads", "encoders")
+#: Whether the feature encoders train (``train``) or are frozen (``frozen``: left out of the optimiser).
+ENCODER_TRAINING = ("train", "frozen")
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,9 @@ class BackboneSettings:
         See :data:`POOLINGS`.
     max_frames : int
         Frames per video (longer videos are sampled uniformly).
+    encoder : {"mlp", "identity"}
+        See :data:`ENCODERS`. With ``identity`` the position embeddings and the output layers of the temporal
+        transformer also start at zero, so the whole backbone starts as the identity on the frame features.
     """
 
     hidden: int = 256
@@ -48,6 +62,7 @@ class BackboneSettings:
     heads: int = 8
     pooling: str = "mean"
     max_frames: int = 12
+    encoder: str = "mlp"
 
 
 @dataclass(frozen=True)
@@ -99,18 +114,24 @@ class BridgeSettings:
 
 @dataclass(frozen=True)
 class OptimSettings:
-    """AdamW with linear warm-up and decay (DAB: weight decay 0.02, 10 % warm-up).
+    """AdamW with linear warm-up and decay (DAB: weight decay 0.02, 10 % warm-up), two parameter groups.
 
     Attributes
     ----------
     epochs, batch_size, early_stop_patience : int
         Training length; batch of distinct videos (DAB: 32).
     lr : float
-        Learning rate of the backbone (DAB's CLIP encoders get 1e-6; this backbone is trained from scratch).
+        Learning rate of the first group: the backbone (``groups="heads"``, trained from scratch), or the
+        feature encoders only (``groups="encoders"``; DAB's CLIP encoders get 1e-6).
     head_lr : float
-        Learning rate of the Gaussian heads and the bridge (DAB: 1e-4).
+        Learning rate of the second group: the Gaussian heads and the bridge (``groups="heads"``), or
+        everything but the feature encoders (``groups="encoders"``; DAB: 1e-4).
     weight_decay, warmup_ratio, grad_clip : float
         AdamW decay, warm-up proportion, global gradient-norm bound (0 = none).
+    groups : {"heads", "encoders"}
+        See :data:`LR_GROUPS`.
+    encoders : {"train", "frozen"}
+        See :data:`ENCODER_TRAINING`; ``frozen`` needs ``groups="encoders"``.
     """
 
     epochs: int = 30
@@ -121,6 +142,8 @@ class OptimSettings:
     weight_decay: float = 0.02
     warmup_ratio: float = 0.1
     grad_clip: float = 1.0
+    groups: str = "heads"
+    encoders: str = "train"
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,12 @@ class T2VConfig:
         check_choice(self.head.variant, "head.variant", VARIANTS)
         check_choice(self.head.cost, "head.cost", COSTS)
         check_choice(self.backbone.pooling, "backbone.pooling", POOLINGS)
+        check_choice(self.backbone.encoder, "backbone.encoder", ENCODERS)
+        check_choice(self.optim.groups, "optim.groups", LR_GROUPS)
+        check_choice(self.optim.encoders, "optim.encoders", ENCODER_TRAINING)
+        if self.optim.encoders == "frozen" and self.optim.groups != "encoders":
+            raise ValueError('optim.encoders = "frozen" needs optim.groups = "encoders" (the frozen group is the '
+                             "feature encoders)")
         for section in (self.backbone, self.head, self.bridge, self.optim):
             for item in dataclasses.fields(section):
                 value = getattr(section, item.name)
@@ -195,3 +224,23 @@ class T2VConfig:
         """``["head.tau 4.0 vs 8.0", ...]`` between a saved
         :meth:`~reference_models.dab.config.T2VConfig.to_dict` and this config."""
         return fingerprint_differences(T2VConfig.from_dict(saved).to_dict(), self.to_dict(), sep=".")
+
+
+#: The named configs, ``embedded`` (the defaults, the demo's and the embedded benchmark's comparison) and
+#: ``msrvtt-regime`` (DAB's training on the ``msrvtt-regime`` benchmark, whose features stand for frozen CLIP
+#: ones: identity-initialised feature encoders at DAB's encoder learning rate 1e-6, everything else at 1e-4,
+#: AdamW weight decay 0.02, 10 % warm-up; ``docs/guide/dab.rst`` says why). The base of a comparison is the
+#: same config with ``head.variant = "base"``, so it gets the same backbone treatment.
+PRESETS: dict[str, T2VConfig] = {
+    "embedded": T2VConfig(),
+    "msrvtt-regime": T2VConfig(
+        backbone=BackboneSettings(encoder="identity"),
+        optim=OptimSettings(epochs=10, early_stop_patience=10, lr=1e-6, head_lr=1e-4, groups="encoders"),
+    ),
+}
+
+
+def preset(name: str) -> T2VConfig:
+    """The named config of :data:`PRESETS`; ``ValueError`` naming the choices for an unknown name."""
+    check_choice(name, "DAB config preset", tuple(PRESETS))
+    return PRESETS[name]

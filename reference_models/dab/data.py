@@ -243,33 +243,37 @@ def load_t2v_split(root: str | Path, split: str, *, max_frames: int = 12, layout
     frame_store = _FeatureStore(root / layout.frame_features)
     text_store = _FeatureStore(root / layout.text_features)
     try:
-        frames, text_rows, frame_dim, text_dim = [], {}, None, None
+        frames: list[np.ndarray] = []
+        text_rows: dict[str, np.ndarray] = {}
+        frame_dim: int | None = None
+        text_dim: int | None = None
         for vid in video_ids:
             array = _sample_frames(frame_store.read(vid, frame_dim), max_frames)
             frame_dim = array.shape[1]
             frames.append(array)
-            texts = text_store.read(vid, text_dim)
-            text_dim = texts.shape[1]
-            if texts.shape[0] != len(by_video[vid]):
-                raise DataError(f"{text_store.path}: video {vid}: {texts.shape[0]} rows of text features for "
+            text_features = text_store.read(vid, text_dim)
+            text_dim = text_features.shape[1]
+            if text_features.shape[0] != len(by_video[vid]):
+                raise DataError(f"{text_store.path}: video {vid}: {text_features.shape[0]} rows of text features for "
                                 f"{len(by_video[vid])} captions in {captions_path}")
-            text_rows[vid] = texts
+            text_rows[vid] = text_features
     finally:
         frame_store.close()
         text_store.close()
     length = max(a.shape[0] for a in frames)
+    assert frame_dim is not None  # video_ids is not empty
     padded = np.zeros((len(frames), length, frame_dim), dtype=np.float32)
     mask = np.zeros((len(frames), length), dtype=bool)
     for i, array in enumerate(frames):
         padded[i, : array.shape[0]] = array
         mask[i, : array.shape[0]] = True
-    position = {vid: i for i, vid in enumerate(video_ids)}
+    video_index = {vid: i for i, vid in enumerate(video_ids)}
     return T2VSplit(
         video_ids=video_ids,
         frames=torch.from_numpy(padded),
         frame_mask=torch.from_numpy(mask),
         text=torch.from_numpy(np.stack([text_rows[vid][row] for vid, row, _ in queries])),
-        query_video=torch.tensor([position[vid] for vid, _, _ in queries], dtype=torch.long),
+        query_video=torch.tensor([video_index[vid] for vid, _, _ in queries], dtype=torch.long),
         sen_ids=[sen_id for _, _, sen_id in queries],
     )
 

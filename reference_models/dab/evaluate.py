@@ -13,6 +13,7 @@ off :class:`~evidential_prvr.uncertainty.GalleryUncertainty` of the training log
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -23,7 +24,8 @@ from evidential_prvr.uncertainty import EVIDENTIAL_CONFIDENCES, GalleryUncertain
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel, T2VOutput
 
-__all__ = ["score_split", "retrieval_metrics", "selective_metrics", "evaluate_split", "query_cost", "COVERAGES"]
+__all__ = ["score_split", "retrieval_metrics", "selective_metrics", "evaluate_split", "query_cost", "COVERAGES",
+           "multi_positive_ranks"]
 
 COVERAGES = (0.25, 0.10)
 
@@ -37,7 +39,8 @@ def score_split(model: T2VModel, split: T2VSplit, device: torch.device | str = "
     outputs = [model.score(model.encode_text(split.text[i : i + query_chunk].to(device)), gallery)
                for i in range(0, split.num_queries, query_chunk)]
     logits = torch.cat([o.logits for o in outputs]).float().cpu()
-    cost = None if outputs[0].cost is None else torch.cat([o.cost for o in outputs]).float().cpu()
+    # one model: every chunk has a cost when the first has one
+    cost = None if outputs[0].cost is None else torch.cat([cast(torch.Tensor, o.cost) for o in outputs]).float().cpu()
     return T2VOutput(logits, cost)
 
 
@@ -79,7 +82,7 @@ def evaluate_split(model: T2VModel, split: T2VSplit, device: torch.device | str 
                    selective: bool = True) -> dict[str, object]:
     """:func:`retrieval_metrics` of ``split`` and, with ``selective``, :func:`selective_metrics` merged in."""
     output = score_split(model, split, device)
-    result: dict[str, object] = retrieval_metrics(output.logits, split.query_video)
+    result: dict[str, object] = dict(retrieval_metrics(output.logits, split.query_video))
     if selective:
         head = model.config.head
         result.update(selective_metrics(output, split.query_video, head.tau if head.gaussian else 1.0))
@@ -114,3 +117,20 @@ def query_cost(model: T2VModel, split: T2VSplit, device: torch.device | str = "c
         times.append((time.perf_counter() - start) * 1e3)
     return {"flops_per_query": float(counter.get_total_flops()),
             "latency_ms_per_query": float(torch.tensor(times).median()), "gallery_videos": split.num_videos}
+
+
+def multi_positive_ranks(scores: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+    """1-based rank of each query's best-ranked positive video, when several videos count as correct.
+
+    ``scores`` ``[Q, V]`` (higher = better), ``positives`` ``[Q, V]`` bool with at least one True per row. The
+    rank is 1 + the number of *non-positive* videos scoring at least the best positive's score (ties count
+    against the model, as in :func:`~evidential_prvr.metrics.ranks_of_ground_truth`); with one positive per
+    row it is that function's rank.
+    """
+    if scores.shape != positives.shape or scores.dim() != 2:
+        raise ValueError(f"scores and positives must both be [Q, V], got {tuple(scores.shape)} and "
+                         f"{tuple(positives.shape)}")
+    if not bool(positives.any(dim=1).all()):
+        raise ValueError("every query needs at least one positive video")
+    best = scores.masked_fill(~positives, float("-inf")).max(dim=1, keepdim=True).values
+    return 1 + ((scores >= best) & ~positives).sum(dim=1)

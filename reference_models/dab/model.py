@@ -2,7 +2,9 @@
 
 Backbone (CLIP4Clip on frozen CLIP features): a text MLP; a frame projection with position embeddings and a
 residual temporal transformer (``seqTransf``); frame pooling by mean (``meanP``) or X-Pool's text-conditioned
-attention. Heads (:data:`~reference_models.dab.config.VARIANTS`):
+attention. With ``backbone.encoder = "identity"`` the text and frame encoders are square linear maps that start
+as the identity, and the position embeddings and the temporal transformer's residual branches start at zero (the
+stand-in for pretrained CLIP encoders: the untrained model ranks by the features' own cosine). Heads (:data:`~reference_models.dab.config.VARIANTS`):
 
 * ``base`` -- cosine similarity times a learned logit scale (ranking and InfoNCE logits);
 * ``dab`` -- DAB (ECCV 2026) Key Designs 1-3 through the library: one shared
@@ -16,6 +18,7 @@ attention. Heads (:data:`~reference_models.dab.config.VARIANTS`):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -131,16 +134,33 @@ class T2VModel(nn.Module):
         super().__init__()
         b, h = config.backbone, config.head
         self.config = config
-        self.text_mlp = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, b.hidden), nn.GELU(),
-                                      nn.Linear(b.hidden, b.hidden))
+        self.frame_dim, self.text_dim = frame_dim, text_dim
+        identity = b.encoder == "identity"
+        if identity and not frame_dim == text_dim == b.hidden:
+            raise ValueError(f'backbone.encoder = "identity" needs frame and text features of size backbone.hidden '
+                             f"({b.hidden}), got {frame_dim} and {text_dim}")
+        if identity:  # the frozen-CLIP stand-in: square linear encoders that start as the identity
+            self.text_mlp = nn.Sequential(nn.Linear(text_dim, b.hidden))
+        else:
+            self.text_mlp = nn.Sequential(nn.LayerNorm(text_dim), nn.Linear(text_dim, b.hidden), nn.GELU(),
+                                          nn.Linear(b.hidden, b.hidden))
         self.frame_proj = nn.Linear(frame_dim, b.hidden)
         self.position = nn.Parameter(torch.zeros(b.max_frames, b.hidden))
-        nn.init.normal_(self.position, std=0.02)
+        if not identity:
+            nn.init.normal_(self.position, std=0.02)
         self.temporal = None
         if b.temporal_layers:
             layer = nn.TransformerEncoderLayer(b.hidden, b.heads, dim_feedforward=2 * b.hidden, dropout=0.0,
                                                activation="gelu", batch_first=True, norm_first=True)
             self.temporal = nn.TransformerEncoder(layer, b.temporal_layers, enable_nested_tensor=False)
+        if identity:
+            for linear in (cast(nn.Linear, self.text_mlp[0]), self.frame_proj):  # text_mlp: one Linear here
+                nn.init.eye_(linear.weight)
+                nn.init.zeros_(linear.bias)
+            for block in (self.temporal.layers if self.temporal is not None else []):
+                for linear in (block.self_attn.out_proj, block.linear2):  # each residual branch starts at zero
+                    nn.init.zeros_(linear.weight)
+                    nn.init.zeros_(linear.bias)
         self.xpool = XPoolAttention(b.hidden, b.heads) if b.pooling == "xpool" else None
         if h.gaussian:
             self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim)
@@ -181,7 +201,9 @@ class T2VModel(nn.Module):
 
     def pool(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
         """Video embeddings: ``[V, hidden]`` (mean) or ``[Q, V, hidden]`` (X-Pool, conditioned on each text)."""
-        return gallery.pooled if gallery.pooled is not None else self.xpool(text, gallery.tokens, gallery.mask)
+        # a gallery without pooled videos is an X-Pool model's (encode_gallery)
+        return (gallery.pooled if gallery.pooled is not None
+                else cast(XPoolAttention, self.xpool)(text, gallery.tokens, gallery.mask))
 
     # --- heads ----------------------------------------------------------------------------------------
     def _video_gaussian(self, pooled: torch.Tensor, token_logvar: torch.Tensor) -> DiagonalGaussian:
@@ -197,7 +219,7 @@ class T2VModel(nn.Module):
             pairwise = pairwise_gaussian_kl if self.config.head.cost == "kl" else pairwise_wasserstein2
             return pairwise(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T
         # X-Pool: one video Gaussian per (text, video) pair, [Q, V, D]
-        video = self._video_gaussian(self.pool(text, gallery), gallery.token_logvar)
+        video = self._video_gaussian(self.pool(text, gallery), cast(torch.Tensor, gallery.token_logvar))  # Gaussian heads
         t_mu, t_logvar = text_gaussian.mu[:, None, :], text_gaussian.logvar[:, None, :]
         if self.config.head.cost == "kl":
             return kl_divergence(Normal(video.mu, (0.5 * video.logvar).exp()),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -49,7 +49,7 @@ class T2VObjective(nn.Module):
 
     def forward(self, output: T2VOutput) -> T2VLoss:
         if self.gaussian:
-            return T2VLoss(pac_loss(output.cost, self.tau), "pac")
+            return T2VLoss(pac_loss(cast(torch.Tensor, output.cost), self.tau), "pac")  # Gaussian heads: a cost
         labels = torch.arange(output.logits.shape[0], device=output.logits.device)
         return T2VLoss(info_nce_loss(output.logits, labels), "nce")
 
@@ -57,9 +57,12 @@ class T2VObjective(nn.Module):
 class T2VTask(TrainingTask):
     """Train :class:`~reference_models.dab.model.T2VModel` on ``train``, select on ``val`` R@1.
 
-    Optimiser: AdamW (weight decay ``optim.weight_decay``) with two learning rates, ``optim.head_lr`` for the
-    Gaussian heads and the bridge and ``optim.lr`` for the rest; linear warm-up over ``optim.warmup_ratio`` of
-    the updates, then linear decay to 0.
+    Optimiser: AdamW (weight decay ``optim.weight_decay``) with two parameter groups
+    (:data:`~reference_models.dab.config.LR_GROUPS`): with ``optim.groups = "heads"``, ``optim.head_lr`` for the
+    Gaussian heads and the bridge and ``optim.lr`` for the rest; with ``"encoders"``, ``optim.lr`` for the feature
+    encoders (text MLP and frame projection) and ``optim.head_lr`` for the rest, the encoders left out when
+    ``optim.encoders = "frozen"``. Linear warm-up over ``optim.warmup_ratio`` of the updates, then linear decay
+    to 0.
     """
 
     name: ClassVar[str] = "dab"
@@ -86,7 +89,11 @@ class T2VTask(TrainingTask):
         return {"train": self.train.fingerprint(), "val": self.val.fingerprint()}
 
     def build_model(self) -> nn.Module:
-        return T2VModel(self.frame_dim, self.text_dim, self.config)
+        model = T2VModel(self.frame_dim, self.text_dim, self.config)
+        if self.config.optim.encoders == "frozen":
+            for part in (model.text_mlp, model.frame_proj):
+                part.requires_grad_(False)
+        return model
 
     def build_objective(self) -> nn.Module:
         return T2VObjective(self.config.head)
@@ -99,21 +106,26 @@ class T2VTask(TrainingTask):
         return objective(model(text, frames, mask))
 
     def build_optimizer(self, modules: list[nn.Module]) -> torch.optim.Optimizer:
-        model = modules[0]
+        model, o = cast(T2VModel, modules[0]), self.config.optim  # the model of build_model, then the objective
+        params = [p for m in modules for p in m.parameters() if p.requires_grad]
+        if o.groups == "encoders":  # the CLIP-encoder stand-in at optim.lr, everything else at optim.head_lr
+            encoder_ids = {id(p) for part in (model.text_mlp, model.frame_proj) for p in part.parameters()}
+            groups = [{"params": [p for p in params if id(p) in encoder_ids], "lr": o.lr},
+                      {"params": [p for p in params if id(p) not in encoder_ids], "lr": o.head_lr}]
+            return torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o.weight_decay)
         dab_parts = [getattr(model, n) for n in ("gaussian_head", "token_head", "bridge") if getattr(model, n, None)]
         head_ids = {id(p) for part in dab_parts for p in part.parameters()}
-        params = [p for m in modules for p in m.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": self.config.optim.lr}]
+        groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": o.lr}]
         if head_ids:
-            groups.append({"params": [p for p in params if id(p) in head_ids], "lr": self.config.optim.head_lr})
-        return torch.optim.AdamW(groups, weight_decay=self.config.optim.weight_decay)
+            groups.append({"params": [p for p in params if id(p) in head_ids], "lr": o.head_lr})
+        return torch.optim.AdamW(groups, weight_decay=o.weight_decay)
 
     def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
         return build_scheduler(optimizer, total_steps, self.config.optim.warmup_ratio)
 
     def validate(self, model: nn.Module, objective: nn.Module, device: torch.device) -> dict[str, float]:
-        metrics = evaluate_split(model, self.val, device, selective=False)
-        return {k: float(v) for k, v in metrics.items()}
+        metrics = evaluate_split(cast(T2VModel, model), self.val, device, selective=False)
+        return {k: float(cast(float, v)) for k, v in metrics.items()}  # without selective: the float metrics
 
     def checkpoint_extras(self) -> dict[str, Any]:
         return {"frame_dim": self.frame_dim, "text_dim": self.text_dim}
@@ -128,5 +140,5 @@ class T2VTask(TrainingTask):
         ranks it (ties count against the model); the query ids are the captions' ``sen_id``."""
         from evidential_prvr.metrics import ranks_of_ground_truth
 
-        ranks = ranks_of_ground_truth(score_split(model, split, device).logits, split.query_video)
+        ranks = ranks_of_ground_truth(score_split(cast(T2VModel, model), split, device).logits, split.query_video)
         return QueryRanks(ranks.tolist(), [str(i) for i in split.sen_ids])

@@ -14,6 +14,8 @@ This module is the task-agnostic half of it:
   ``<out>/runs/data<D>/seed<S>/<variant>/`` (so a run interrupted is resumed from its ``last.pt``, and a run
   with its ``ranks.json`` is skipped); one call may do a subset of the seeds and data seeds;
 * :func:`read_runs` / :func:`collect_ranks` -- every finished run's ranks, as the arrays the statistics take;
+* :func:`collect_diagnostics` -- the runs' optional ``diagnostics.json`` (numbers a task reports about a
+  trained model, e.g. DAB's uncertainty diagnostics), averaged per model;
 * :func:`format_report` and :func:`draw_report` -- the table and the figure of a ``results.json``.
 
 The statistics (:func:`evidential_prvr.metrics.compare_runs`) are applied by the command line that sits above
@@ -37,6 +39,7 @@ from reference_models.engine.errors import UserError
 from reference_models.engine.run_folder import RunLock, prepare_output_folder
 
 __all__ = [
+    "DIAGNOSTICS_NAME",
     "PLAN_NAME",
     "RANKS_NAME",
     "ComparisonRunner",
@@ -44,6 +47,7 @@ __all__ = [
     "QueryRanks",
     "RunRecord",
     "check_plan",
+    "collect_diagnostics",
     "collect_ranks",
     "data_folder",
     "draw_report",
@@ -58,6 +62,9 @@ __all__ = [
 PLAN_NAME = "comparison.json"
 #: A finished run's per-query ranks, written last and atomically (its presence marks the run as done).
 RANKS_NAME = "ranks.json"
+#: A run's optional diagnostics (a JSON object whose numbers the report averages per model), written by the
+#: task's runner into the run folder before ``ranks.json``.
+DIAGNOSTICS_NAME = "diagnostics.json"
 _DATA_DONE = "prepared.json"
 
 
@@ -354,6 +361,44 @@ def collect_ranks(records: Iterable[RunRecord], spec: ComparisonSpec, set_name: 
     return {"method": method, "base": base, "data_seeds": used, "seeds": seeds, "queries": queries}
 
 
+def _numbers(data: Any, prefix: str = "") -> dict[str, float]:
+    """The numbers of a nested JSON object, by dotted key (``{"a": {"b": 1}}`` -> ``{"a.b": 1.0}``)."""
+    if isinstance(data, dict):
+        out: dict[str, float] = {}
+        for key, value in data.items():
+            out.update(_numbers(value, f"{prefix}{key}."))
+        return out
+    if isinstance(data, (int, float)) and not isinstance(data, bool):
+        return {prefix[:-1]: float(data)}
+    return {}
+
+
+def collect_diagnostics(records: Iterable[RunRecord], spec: ComparisonSpec) -> dict[str, Any]:
+    """Per model, the mean and s.d. over its runs of every number of the runs' ``diagnostics.json``.
+
+    Returns ``{variant: {"runs": n, "mean": {dotted key: value}, "sd": {...}, "per_run": [{"data_seed", "seed",
+    "diagnostics"}]}}`` for the models with at least one such file (``{}`` when no run has one); a number missing
+    from some runs is averaged over the runs that have it.
+    """
+    result: dict[str, Any] = {}
+    for variant in spec.variants:
+        per_run = []
+        for r in sorted(records, key=lambda r: (r.data_seed, r.seed)):
+            path = None if r.path is None else Path(r.path) / DIAGNOSTICS_NAME
+            if r.variant == variant and path is not None and path.is_file():
+                per_run.append({"data_seed": r.data_seed, "seed": r.seed, "diagnostics": _read_json(path)})
+        if not per_run:
+            continue
+        values: dict[str, list[float]] = {}
+        for run in per_run:
+            for key, value in _numbers(run["diagnostics"]).items():
+                values.setdefault(key, []).append(value)
+        result[variant] = {"runs": len(per_run), "mean": {k: float(np.mean(v)) for k, v in values.items()},
+                           "sd": {k: float(np.std(v, ddof=1)) if len(v) > 1 else float("nan") for k, v in values.items()},
+                           "per_run": per_run}
+    return result
+
+
 # --- the report ----------------------------------------------------------------------------------------
 def _fmt(value: float | None, digits: int = 2) -> str:
     if value is None or not np.isfinite(value):
@@ -389,6 +434,14 @@ def format_report(results: dict[str, Any]) -> str:
                                   *(f"{_fmt(sub['metrics'][m]['difference'])} [{_fmt(sub['metrics'][m]['low'])}, "
                                     f"{_fmt(sub['metrics'][m]['high'])}]" for m in results["headline"])])
             lines.append(format_table(type_rows))
+        lines.append("")
+    for variant, block in (results.get("diagnostics") or {}).items():
+        from reference_models.engine.cli import format_table
+
+        lines.append(f"diagnostics of {variant} (diagnostics.json, mean ± sd over {block['runs']} runs):")
+        rows = [["quantity", "mean ± sd"]]
+        rows += [[key, f"{_fmt(value, 4)} ± {_fmt(block['sd'][key], 4)}"] for key, value in block["mean"].items()]
+        lines.append(format_table(rows))
         lines.append("")
     lines.append(f"verdict ({results['primary_set']}, headline {', '.join(results['headline'])}): "
                  f"{results['verdict']['text']}")

@@ -239,3 +239,26 @@ def test_comparison_specs_name_their_headline_metrics():
         grid.ComparisonSpec("a", "b", headline=("SumR",), metrics=("R@1",))
     assert set(cli.TASKS) == {"holmes", "hud", "dab"}
     assert Path(cli.__file__).name == "compare.py"
+
+
+def test_dab_regime_comparison_ranks_generic_captions_by_topic_and_reports_diagnostics(tmp_path, capsys):
+    from reference_models.dab.comparison import MULTI_POSITIVE_SET
+
+    torch.set_num_threads(1)
+    runner = cli.runner_for("dab", benchmark="msrvtt-regime", scale=0.01, epochs=1)
+    grid.run_grid(runner, tmp_path, seeds=[0], data_seeds=[0], log=lambda line: None)
+    results = cli.report(tmp_path, n_boot=100)
+    printed = capsys.readouterr().out
+    assert set(results["sets"]) == {"test", "test_all", MULTI_POSITIVE_SET}
+    # one generic caption per test video
+    assert results["sets"][MULTI_POSITIVE_SET]["queries"] == {"0": runner.benchmark.n_test}
+    record = next(r for r in grid.read_runs(tmp_path) if r.variant == "dab")
+    # multi-positive: never worse than the rank of the caption's own video
+    own = dict(zip(record.sets["test_all"].query_ids, record.sets["test_all"].ranks))
+    multi = record.sets[MULTI_POSITIVE_SET]
+    assert all(rank <= own[q] for q, rank in zip(multi.query_ids, multi.ranks))
+    assert set(results["diagnostics"]) == {"dab"} and results["diagnostics"]["dab"]["runs"] == 1
+    assert {"sigma2.text", "sigma2.bridged", "sigma2.video", "bridge.closed_fraction",
+            "variance_share.all_pairs"} <= set(results["diagnostics"]["dab"]["mean"])
+    assert "diagnostics of dab" in printed and "sigma2.video" in printed
+

@@ -100,6 +100,9 @@ def test_demo_writes_the_results_schema(tmp_path: Path, monkeypatch: pytest.Monk
         test = results[model]["test"]
         assert {"R@1", "R@5", "R@10", "MdR", "MnR", "aurc"} <= set(test)
     assert {"kl_margin", "max_score"} <= set(results["dab"]["test"]["aurc"])
+    diagnostics = results["dab"]["diagnostics"]  # the uncertainty diagnostics of every Gaussian run
+    assert diagnostics["set"] == "test_all" and set(diagnostics["sigma2"]) == {"text", "bridged", "video"}
+    assert set(diagnostics["video_sigma2_by_events"]) <= {"1", "2", "3"} and "diagnostics" not in results["base"]
 
 
 def test_metrics_against_brute_force() -> None:

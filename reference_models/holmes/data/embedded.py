@@ -145,10 +145,10 @@ class EmbeddedBenchmarkSpec:
                                 for s in ("train", "val", "test")})
 
 
-#: The named instances of the design: ``embedded`` (the demos', unchanged) and ``tvr-regime``, the same generator
+#: The named instances of the design, ``embedded`` (the demos', unchanged) and ``tvr-regime``, the same generator
 #: with a TVR-sized test split (1,090 test videos, as TVR's test set) so that R@100 is informative; every planted
 #: type, amplitude and fraction is the embedded one. Fixed on the MIL baseline alone (data seed 0, training
-#: seed 0: R@100 87.4, SumR 205.1) before any Holmes-vs-MIL number; docs/guide/embedded_benchmark.rst says why.
+#: seed 0, R@100 87.4 and SumR 205.1) before any Holmes-vs-MIL number; docs/guide/embedded_benchmark.rst says why.
 BENCHMARKS: dict[str, EmbeddedBenchmarkSpec] = {
     "embedded": EmbeddedBenchmarkSpec(),
     "tvr-regime": EmbeddedBenchmarkSpec(n_test_videos=1090),
@@ -156,7 +156,8 @@ BENCHMARKS: dict[str, EmbeddedBenchmarkSpec] = {
 
 
 def benchmark_spec(name: str) -> EmbeddedBenchmarkSpec:
-    """The spec of the named benchmark (:data:`BENCHMARKS`); ``ValueError`` for an unknown name."""
+    """The spec of the named benchmark (:data:`~reference_models.holmes.data.embedded.BENCHMARKS`);
+    ``ValueError`` for an unknown name."""
     if name not in BENCHMARKS:
         raise ValueError(f"unknown PRVR benchmark {name!r}; choose one of {', '.join(BENCHMARKS)}")
     return BENCHMARKS[name]

@@ -1,0 +1,224 @@
+"""Uncertainty diagnostics of a Gaussian head, so that "the variances mean something" is read, not guessed.
+
+For the queries of a split (normally the all-captions test) and its videos, :func:`gaussian_diagnostics` reports
+
+* ``sigma2``: the mean variance :math:`\\sigma^2 = e^{\\log\\sigma^2}` (over queries or videos and dimensions) of
+  the text Gaussians before the bridge (``text``), after it (``bridged``) and of the video Gaussians
+  (``video``), and ``ordering``, those three sorted from the largest (DAB's paper: video 2.979 > bridged 0.935 >
+  text 0.507);
+* ``video_sigma2_by_events``: the video mean variance per number of distinct events of the video, and
+  ``text_sigma2_by_kind`` / ``bridged_sigma2_by_kind``: the text mean variance per caption kind (``specific`` /
+  ``generic``), when the labels are known (``benchmark_meta.json`` of the embedded benchmarks);
+* ``bridge``: the bridge's displacement of the text mean toward its own video's mean: ``shift`` (mean
+  :math:`\\lVert\\hat\\mu_t - \\mu_t\\rVert`), ``distance_before`` / ``distance_after`` (mean
+  :math:`\\lVert\\mu_t - \\mu_v\\rVert` and :math:`\\lVert\\hat\\mu_t - \\mu_v\\rVert` to the own video),
+  ``closed_fraction`` (mean over queries of :math:`1 - \\lVert\\hat\\mu_t - \\mu_v\\rVert / \\lVert\\mu_t -
+  \\mu_v\\rVert`: 1 = the bridge lands on the own video's mean, 0 = no closer, < 0 = farther),
+  ``cosine_to_own`` (mean cosine between the shift and the direction to the own video, over queries the bridge
+  moves) and ``own_cost_before`` / ``own_cost_after`` (mean cost of the own pair with the text before and after
+  the bridge);
+* ``variance_share``: the share of the cost that comes from the variances, over every query-video pair
+  (``all_pairs``) and over the own pairs (``own_pairs``). For the KL cost
+  :math:`D_{\\mathrm{KL}}(Q_v \\| \\hat P_t)` it is the part :math:`\\tfrac12\\sum_d [r_d - \\log r_d - 1]`,
+  :math:`r_d = \\sigma^2_{v,d} / \\hat\\sigma^2_{t,d}`, of the total (the rest is the mean part
+  :math:`\\tfrac12\\sum_d (\\mu_{v,d} - \\hat\\mu_{t,d})^2 / \\hat\\sigma^2_{t,d}`); for :math:`W_2^2` it is
+  :math:`\\lVert\\sigma_v - \\hat\\sigma_t\\rVert^2` of :math:`\\lVert\\mu_v - \\hat\\mu_t\\rVert^2 +
+  \\lVert\\sigma_v - \\hat\\sigma_t\\rVert^2`. Both parts are non-negative, so the share is in [0, 1].
+
+:func:`model_diagnostics` computes them for a trained :class:`~reference_models.dab.model.T2VModel` (``None`` for
+the cosine heads, which have no variances); :func:`benchmark_labels` reads the labels of a data root.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+from evidential_prvr.probabilistic import DiagonalGaussian
+from reference_models.dab.data import T2VSplit
+from reference_models.dab.model import T2VModel
+
+__all__ = ["benchmark_labels", "cost_parts", "format_diagnostics", "gaussian_diagnostics", "model_diagnostics"]
+
+
+def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor, text_logvar: torch.Tensor,
+               cost: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean part and the variance part of the cost of every text ``[q, D]`` against every video (``[V, D]``,
+    or ``[q, V, D]`` when each text has its own video Gaussians); each ``[q, V]``, their sum is the cost."""
+    v_mu, v_lv = (video_mu[None], video_logvar[None]) if video_mu.dim() == 2 else (video_mu, video_logvar)
+    mean, variance = _parts(v_mu, v_lv, text_mu[:, None, :], text_logvar[:, None, :], cost)
+    return mean.expand(text_mu.shape[0], -1), variance.expand(text_mu.shape[0], -1)
+
+
+def _parts(v_mu: torch.Tensor, v_lv: torch.Tensor, t_mu: torch.Tensor, t_lv: torch.Tensor,
+           cost: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and variance parts of the cost of broadcastable Gaussians, summed over the last dimension."""
+    if cost == "kl":
+        mean = 0.5 * ((v_mu - t_mu).square() * torch.exp(-t_lv)).sum(-1)
+        log_ratio = v_lv - t_lv
+        variance = 0.5 * (torch.exp(log_ratio) - log_ratio - 1.0).sum(-1)
+    elif cost == "w2":
+        mean = (v_mu - t_mu).square().sum(-1)
+        variance = (torch.exp(0.5 * v_lv) - torch.exp(0.5 * t_lv)).square().sum(-1)
+    else:
+        raise ValueError(f"cost must be 'kl' or 'w2', got {cost!r}")
+    return mean, variance
+
+
+def _mean_by(values: torch.Tensor, labels: Sequence[Any]) -> dict[str, float]:
+    groups: dict[str, list[float]] = {}
+    for value, label in zip(values.tolist(), labels):
+        groups.setdefault(str(label), []).append(value)
+    return {k: sum(v) / len(v) for k, v in sorted(groups.items())}
+
+
+def gaussian_diagnostics(text: DiagonalGaussian, bridged: DiagonalGaussian, video: DiagonalGaussian,
+                         query_video: torch.Tensor, *, cost: str = "kl", video_events: Sequence[int] | None = None,
+                         query_kinds: Sequence[str] | None = None, chunk: int = 64) -> dict[str, Any]:
+    """The diagnostics of the module documentation from the Gaussians themselves.
+
+    Parameters
+    ----------
+    text, bridged : DiagonalGaussian
+        ``[Q, D]`` text Gaussians before and after the bridge (the same twice when there is none).
+    video : DiagonalGaussian
+        ``[V, D]`` video Gaussians.
+    query_video : torch.Tensor
+        ``[Q]`` index of each query's own video.
+    cost : {"kl", "w2"}
+        The cost whose variance share is reported.
+    video_events : sequence of int, optional
+        ``V`` numbers of distinct events per video (``video_sigma2_by_events``).
+    query_kinds : sequence of str, optional
+        ``Q`` caption kinds (``text_sigma2_by_kind``, ``bridged_sigma2_by_kind``).
+    chunk : int
+        Queries per block of the all-pairs costs (memory ``chunk x V x D``).
+    """
+    text_s2, bridged_s2 = text.logvar.double().exp().mean(-1), bridged.logvar.double().exp().mean(-1)
+    video_s2 = video.logvar.double().exp().mean(-1)
+    sigma2 = {"text": float(text_s2.mean()), "bridged": float(bridged_s2.mean()), "video": float(video_s2.mean())}
+    result: dict[str, Any] = {"queries": int(query_video.numel()), "videos": int(video.mu.shape[0]), "cost": cost,
+                              "sigma2": sigma2,
+                              "ordering": " > ".join(sorted(sigma2, key=lambda k: -sigma2[k]))}
+    if video_events is not None:
+        result["video_sigma2_by_events"] = _mean_by(video_s2, video_events)
+    if query_kinds is not None:
+        result["text_sigma2_by_kind"] = _mean_by(text_s2, query_kinds)
+        result["bridged_sigma2_by_kind"] = _mean_by(bridged_s2, query_kinds)
+    own_mu, own_lv = video.mu.double()[query_video], video.logvar.double()[query_video]
+    t_mu, b_mu = text.mu.double(), bridged.mu.double()
+    shift = b_mu - t_mu
+    before, after = (own_mu - t_mu).norm(dim=-1), (own_mu - b_mu).norm(dim=-1)
+    moved = shift.norm(dim=-1) > 0
+    cosine = torch.nn.functional.cosine_similarity(shift[moved], (own_mu - t_mu)[moved], dim=-1)
+    before_parts = _parts(own_mu, own_lv, t_mu, text.logvar.double(), cost)
+    own_before = before_parts[0] + before_parts[1]
+    own_parts = _parts(own_mu, own_lv, b_mu, bridged.logvar.double(), cost)
+    own_after = own_parts[0] + own_parts[1]
+    positive = before > 0
+    result["bridge"] = {
+        "shift": float(shift.norm(dim=-1).mean()), "distance_before": float(before.mean()),
+        "distance_after": float(after.mean()),
+        "closed_fraction": float((1.0 - after[positive] / before[positive]).mean()) if positive.any() else 0.0,
+        "cosine_to_own": float(cosine.mean()) if moved.any() else 0.0,
+        "own_cost_before": float(own_before.mean()), "own_cost_after": float(own_after.mean()),
+    }
+    mean_total = variance_total = 0.0
+    v_mu, v_lv, bl = video.mu.double(), video.logvar.double(), bridged.logvar.double()
+    for start in range(0, t_mu.shape[0], chunk):
+        mean, variance = cost_parts(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
+        mean_total += float(mean.sum())
+        variance_total += float(variance.sum())
+    own_mean, own_variance = float(own_parts[0].sum()), float(own_parts[1].sum())
+    result["variance_share"] = {
+        "all_pairs": variance_total / (mean_total + variance_total) if mean_total + variance_total > 0 else 0.0,
+        "own_pairs": own_variance / (own_mean + own_variance) if own_mean + own_variance > 0 else 0.0,
+    }
+    return result
+
+
+@torch.no_grad()
+def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | str = "cpu", *,
+                      video_events: Sequence[int] | None = None, query_kinds: Sequence[str] | None = None,
+                      query_chunk: int = 128) -> dict[str, Any] | None:
+    """:func:`gaussian_diagnostics` of ``model`` on ``split`` (``None`` for the cosine heads ``base`` and ``bridge``).
+
+    With X-Pool pooling a video's Gaussian depends on the text; each query's own video Gaussian (pooled for that
+    query) stands for the video, and the video statistics are averaged over queries instead of videos.
+    """
+    if not model.config.head.gaussian:
+        return None
+    model.eval()
+    gallery = model.encode_gallery(split.frames.to(device), split.frame_mask.to(device))
+    texts, bridged, own = [], [], []
+    for i in range(0, split.num_queries, query_chunk):
+        emb = model.encode_text(split.text[i:i + query_chunk].to(device))
+        gaussian = model.gaussian_head(emb)
+        texts.append(gaussian)
+        bridged.append(model.bridge(*gaussian) if model.bridge is not None else gaussian)
+        if gallery.video is None:  # X-Pool: the own video pooled for each query
+            rows = split.query_video[i:i + query_chunk].to(device)
+            pooled = model.pool(emb, gallery)[torch.arange(rows.numel(), device=device), rows]
+            token_logvar = cast(torch.Tensor, gallery.token_logvar)  # a Gaussian head's gallery has it
+            own.append(model._video_gaussian(pooled, token_logvar[rows]))
+
+    def cat(parts: list[DiagonalGaussian]) -> DiagonalGaussian:
+        return DiagonalGaussian(torch.cat([p.mu for p in parts]).float().cpu(),
+                                torch.cat([p.logvar for p in parts]).float().cpu())
+
+    text, bridge = cat(texts), cat(bridged)
+    query_video = split.query_video
+    if gallery.video is not None:
+        video = DiagonalGaussian(gallery.video.mu.float().cpu(), gallery.video.logvar.float().cpu())
+    else:
+        video, query_video = cat(own), torch.arange(split.num_queries)
+        video_events = None if video_events is None else [video_events[int(v)] for v in split.query_video]
+    result = gaussian_diagnostics(text, bridge, video, query_video, cost=model.config.head.cost,
+                                  video_events=video_events, query_kinds=query_kinds)
+    if gallery.video is None:
+        result["videos"] = split.num_videos
+        result["variance_share"].pop("all_pairs")  # per-pair video Gaussians: only the own pairs are computed
+    return result
+
+
+def benchmark_labels(root: str | Path, split: T2VSplit) -> tuple[list[int] | None, list[str] | None]:
+    """``(video_events, query_kinds)`` of ``split`` from ``root/benchmark_meta.json`` (``(None, None)`` without it):
+    each video's number of events and each query's caption kind."""
+    path = Path(root) / "benchmark_meta.json"
+    if not path.is_file():
+        return None, None
+    sentences = json.loads(path.read_text(encoding="utf-8"))["sentences"]
+    labels = [sentences.get(str(i)) for i in split.sen_ids]
+    if any(label is None for label in labels):
+        return None, None
+    events: dict[int, int] = {}
+    for label, video in zip(labels, split.query_video.tolist()):
+        events.setdefault(video, int(label["events"]))
+    video_events = [events[v] for v in range(split.num_videos)] if len(events) == split.num_videos else None
+    return video_events, [str(label["kind"]) for label in labels]
+
+
+def format_diagnostics(diagnostics: dict[str, Any]) -> str:
+    """The diagnostics of one run as a few lines of text (the printed report)."""
+    s2, bridge = diagnostics["sigma2"], diagnostics["bridge"]
+    lines = [f"mean sigma^2: text {s2['text']:.4g}, bridged text {s2['bridged']:.4g}, video {s2['video']:.4g} "
+             f"({diagnostics['ordering']})"]
+    if "video_sigma2_by_events" in diagnostics:
+        lines.append("video sigma^2 by events: " + ", ".join(
+            f"{k}: {v:.4g}" for k, v in diagnostics["video_sigma2_by_events"].items()))
+    if "text_sigma2_by_kind" in diagnostics:
+        lines.append("text / bridged sigma^2 by caption kind: " + ", ".join(
+            f"{k}: {v:.4g} / {diagnostics['bridged_sigma2_by_kind'][k]:.4g}"
+            for k, v in diagnostics["text_sigma2_by_kind"].items()))
+    lines.append(f"bridge: shift {bridge['shift']:.4g}, distance to own video {bridge['distance_before']:.4g} -> "
+                 f"{bridge['distance_after']:.4g} (closed {100 * bridge['closed_fraction']:.1f} %, cosine to own "
+                 f"{bridge['cosine_to_own']:.3f}), own cost {bridge['own_cost_before']:.4g} -> "
+                 f"{bridge['own_cost_after']:.4g}")
+    share = diagnostics["variance_share"]
+    lines.append("variance share of the cost: " + ", ".join(f"{k.replace('_', ' ')} {100 * v:.1f} %"
+                                                             for k, v in share.items()))
+    return "\n".join(lines)
