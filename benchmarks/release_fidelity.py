@@ -24,6 +24,7 @@ Example (the comparison in the reference-model guide; 2 CPU threads)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import sys
@@ -52,9 +53,14 @@ RELEASE_SIZED_SPEC = EmbeddedBenchmarkSpec(
 )
 
 
-def write_data(root: Path, seed: int) -> Path:
-    """Write the release-sized set under ``root/tvr`` (plus ``video2frames.txt``) and return that folder."""
-    out = generate_embedded_benchmark(root, COLLECTION, seed=seed, spec=RELEASE_SIZED_SPEC)
+def write_data(root: Path, seed: int, visual_dim: int | None = None, text_dim: int | None = None) -> Path:
+    """Write the release-sized set under ``root/tvr`` (plus ``video2frames.txt``) and return that folder.
+
+    ``visual_dim`` / ``text_dim`` replace the 3072-d frame and 768-d token features (the set of the release's
+    shape at another width, e.g. the 64-d set of the memory benchmarks: ``--visual-dim 64 --text-dim 32``)."""
+    spec = dataclasses.replace(RELEASE_SIZED_SPEC, visual_dim=visual_dim or RELEASE_SIZED_SPEC.visual_dim,
+                               text_dim=text_dim or RELEASE_SIZED_SPEC.text_dim)
+    out = generate_embedded_benchmark(root, COLLECTION, seed=seed, spec=spec)
     import h5py
 
     feature_dir = out / "FeatureData" / FEATURE
@@ -172,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     data = sub.add_parser("data", help="write the release-sized synthetic set")
     data.add_argument("--root", type=Path, required=True)
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--visual-dim", type=int, help="frame feature width (default 3072)")
+    data.add_argument("--text-dim", type=int, help="token feature width (default 768)")
     train = sub.add_parser("train", help="train one config and write curve.json")
     add_run_arguments(train)
     train.add_argument("--device", default="cpu")
@@ -180,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--output-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "data":
-        print(write_data(args.root, args.seed))
+        print(write_data(args.root, args.seed, args.visual_dim, args.text_dim))
         return 0
     result = train_curve(args)
     args.output_dir.mkdir(parents=True, exist_ok=True)

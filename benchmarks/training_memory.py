@@ -8,8 +8,9 @@ storages, so a tensor shared by two parts counts once, under the first). The pea
 kernel's ``VmHWM`` after resetting it (``/proc/self/clear_refs``), so this runs on Linux only, and it
 resets ``ru_maxrss`` as well: measure a run's peak with ``release_fidelity.py train``, not here.
 
-``--glibc-default`` leaves glibc's allocator as it is, without the engine's setting
-(:func:`reference_models.engine.host_memory.keep_large_blocks_mapped`), to show what it changes;
+``--host-memory POLICY`` chooses the engine's allocator policy (:mod:`reference_models.engine.host_memory`;
+default the engine's, called after every optimiser step as the engine's loop does); ``--glibc-default``
+(``--host-memory off``) leaves glibc's allocator as it is, to show what a policy changes;
 ``--activation-checkpointing`` turns on ``model.activation_checkpointing``.
 
 Example (the profile in the reference-model guide; hold the memory lock on a shared machine)::
@@ -34,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from release_fidelity import add_run_arguments, load_splits, run_config  # noqa: E402
+
+from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES  # noqa: E402
 
 GIB = 2**30
 
@@ -116,17 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     add_run_arguments(parser)
     parser.add_argument("--steps", type=int, default=2, help="training steps (from the first epoch)")
     parser.add_argument("--epoch", type=int, default=0, help="the epoch whose stage and negatives the steps use")
-    parser.add_argument("--glibc-default", action="store_true", help="without the engine's allocator setting")
+    parser.add_argument("--host-memory", choices=HOST_MEMORY_POLICIES, default=DEFAULT_HOST_MEMORY,
+                        help=f"the engine's allocator policy (default {DEFAULT_HOST_MEMORY})")
+    parser.add_argument("--glibc-default", action="store_true", help="the same as --host-memory off")
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--output", type=Path, help="also write the profile here (JSON)")
     args = parser.parse_args(argv)
-    import reference_models.engine.trainer as engine_trainer
     from reference_models.engine.optimization import clip_gradients
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.trainer import Trainer
 
-    if args.glibc_default:
-        engine_trainer.keep_large_blocks_mapped = lambda: False
+    host_memory = "off" if args.glibc_default else args.host_memory
     torch.set_num_threads(args.threads)
     cfg = run_config(args)
     if args.activation_checkpointing:
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     splits = meter("load splits", lambda: load_splits(args.root, cfg))
     with tempfile.TemporaryDirectory() as out:
         trainer = meter("build model and optimiser", lambda: Trainer(cfg, splits["train"], splits["val"], out,
-                                                                      seed=args.seed, show_progress=False))
+                                                                      seed=args.seed, show_progress=False,
+                                                                      host_memory=host_memory))
         model, objective, task, schedule = trainer.model, trainer.objective, trainer.task, trainer.schedule
         model.train()
         objective.train()
@@ -157,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             meter(f"step {step}: backward", terms.total.backward)
             del terms, batch
             meter(f"step {step}: clip and optimiser step", lambda: (
-                clip_gradients(trainer.params, schedule.grad_clip, schedule.grad_clip_mode), trainer.optimizer.step()))
+                clip_gradients(trainer.params, schedule.grad_clip, schedule.grad_clip_mode), trainer.optimizer.step(),
+                trainer.host_memory.after_step()))
         meter("validation", lambda: evaluate_retrieval(model, splits["val"], cfg))
     print("kept for backward by the first forward pass (GiB):")
     for name, gib in sorted(saved.items(), key=lambda item: -item[1]):

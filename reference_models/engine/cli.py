@@ -34,6 +34,7 @@ __all__ = [
     "add_device_arguments",
     "add_output_arguments",
     "add_distributed_arguments",
+    "add_host_memory_argument",
     "add_run_arguments",
     "claim_output_folder",
     "read_json_file",
@@ -131,6 +132,18 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist-timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="under torchrun: seconds a process waits for the others (start, validation on rank 0, "
                              f"every collective) before the run stops (default: {DEFAULT_TIMEOUT_S:g})")
+
+
+def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
+    """``--host-memory POLICY``: the C library's allocator policy of the training process
+    (:mod:`reference_models.engine.host_memory`; the ``host_memory`` argument of the engine's ``Trainer``)."""
+    from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES
+
+    parser.add_argument("--host-memory", choices=HOST_MEMORY_POLICIES, default=DEFAULT_HOST_MEMORY, metavar="POLICY",
+                        help=f"allocator policy on glibc: {', '.join(HOST_MEMORY_POLICIES)} (default: "
+                             f"{DEFAULT_HOST_MEMORY}: tensors of 1 MiB or more reuse a pool of memory maps, the peak of "
+                             "mapped at fewer page faults; mapped: every block of 1 MiB or more freed at once; "
+                             "off: glibc as it is); never changes a result")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, default_output: Path | str = "runs/train") -> None:

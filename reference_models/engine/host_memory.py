@@ -13,9 +13,43 @@ and its peak grew to 13.8-14.3 GiB over the run (see the reference-model guide, 
 
 :func:`keep_large_blocks_mapped` fixes the threshold (``mallopt(M_MMAP_THRESHOLD, ...)``, which also stops
 the dynamic adjustment), so every block of at least 1 MiB is a memory map of its own and the resident size
-follows what is alive. It changes where memory comes from, never a value computed: results stay bit for
-bit the same. The :class:`~reference_models.engine.Trainer` calls it; it does nothing where the C library
-is not glibc, or when the environment sets glibc's own ``MALLOC_MMAP_THRESHOLD_`` (the user's choice wins).
+follows what is alive; but then every such allocation page-faults its pages afresh, which costs system time.
+
+The :class:`~reference_models.engine.Trainer` applies one of the named **policies** below
+(:func:`apply_host_memory_policy`; its ``host_memory`` argument, ``--host-memory`` on ``python -m reference_models.holmes train``)
+and calls :meth:`HostMemory.after_step` once after every optimiser step:
+
+``"trim"``
+    the heaps serve every block below 32 MiB (the threshold fixed where glibc's dynamic rule ends up, and the
+    top of the heap trimmed automatically only beyond 64 MiB, as that rule sets it), and once per step,
+    after the optimiser step, ``malloc_trim(0)`` hands every free page of the heaps back to the system. Within
+    a step freed blocks are reused without page faults; between steps the fragmentation that made the
+    resident size climb is returned.
+``"heap-trim"``
+    as ``"trim"``, with no memory maps at all (``M_MMAP_MAX`` 0): the blocks of 32 MiB and more (attention
+    maps, the 4x feed-forward outputs) come from the heap too.
+``"mapped"``
+    every block of at least 1 MiB in a memory map of its own (:func:`keep_large_blocks_mapped`), freed at once:
+    the lowest resident size, the most page faults.
+``"mapped-large"``
+    the same from 8 MiB (:data:`LARGE_MMAP_THRESHOLD_BYTES`).
+``"off"``
+    the allocator as it is (glibc's dynamic threshold in a fresh process); nothing per step.
+``"pool"`` (the default, :data:`DEFAULT_HOST_MEMORY`)
+    PyTorch's tensors of at least 1 MiB come from a pool of memory maps (:mod:`reference_models.engine.cpu_pool`)
+    that keeps a freed block for the next request of about its size (shrinking or growing a cached block
+    in place when none fits) and unmaps cached blocks only as much as a request needs: the memory held never
+    exceeds the most that was live at once (the peak of ``"mapped"``) and the next step's activations reuse
+    the last step's pages without faulting them in again. Other blocks of 1 MiB and more (NumPy's, the C
+    library's) are mapped as under ``"mapped"``, which is also what applies where the pool cannot be built
+    (:attr:`HostMemory.note` says why). Any other policy turns the pool off again.
+
+A policy changes where memory comes from, never a value computed: results stay bit for bit the same. The
+settings are the process's (``mallopt``): a later policy in the same process replaces an earlier one's, and
+``"off"`` leaves whatever an earlier one set in the C library (but turns the pool off). Where the C library
+is not glibc a policy does nothing (and :attr:`HostMemory.note` says so), and when the environment sets glibc's own ``MALLOC_MMAP_THRESHOLD_`` the
+user's choice wins: the allocator is left as it is and nothing is trimmed. The measured peak resident memory
+and time of each policy are in the reference-model guide ("Training memory").
 """
 
 from __future__ import annotations
@@ -23,14 +57,42 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from dataclasses import dataclass
 
-__all__ = ["keep_large_blocks_mapped", "MMAP_THRESHOLD_BYTES"]
+__all__ = [
+    "keep_large_blocks_mapped",
+    "release_free_memory",
+    "apply_host_memory_policy",
+    "check_host_memory_policy",
+    "HostMemory",
+    "HOST_MEMORY_POLICIES",
+    "DEFAULT_HOST_MEMORY",
+    "MMAP_THRESHOLD_BYTES",
+    "LARGE_MMAP_THRESHOLD_BYTES",
+]
 
 #: Blocks of at least this many bytes get a memory map of their own (1 MiB).
 MMAP_THRESHOLD_BYTES = 1 << 20
 
-#: glibc's ``mallopt`` parameter number of the mmap threshold (``<malloc.h>``).
+#: The threshold of the ``"mapped-large"`` policy (8 MiB).
+LARGE_MMAP_THRESHOLD_BYTES = 8 << 20
+
+#: glibc's largest mmap threshold (``HEAP_MAX_SIZE / 2`` on 64-bit systems), where its dynamic rule ends up.
+_MAX_MMAP_THRESHOLD_BYTES = 32 << 20
+
+#: The policies :func:`apply_host_memory_policy` knows, in the order the guide lists them.
+HOST_MEMORY_POLICIES = ("trim", "heap-trim", "mapped", "mapped-large", "off", "pool")
+
+#: The policy the engine's :class:`~reference_models.engine.Trainer` applies unless told otherwise.
+DEFAULT_HOST_MEMORY = "pool"
+
+#: glibc's ``mallopt`` parameter numbers (``<malloc.h>``).
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
+
+#: glibc's default limit on the number of memory maps (``DEFAULT_MMAP_MAX``), restored by the mapping policies.
+_DEFAULT_MMAP_MAX = 65536
 
 _ENVIRONMENT_SETTING = "MALLOC_MMAP_THRESHOLD_"
 
@@ -49,12 +111,123 @@ def keep_large_blocks_mapped(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int) or not 0 < threshold <= 32 << 20:
         raise ValueError(f"threshold must be an int number of bytes in [1, {32 << 20}], got {threshold!r}")
-    if _ENVIRONMENT_SETTING in os.environ or platform.libc_ver()[0] != "glibc":
+    if _unavailable() is not None:
         return False
+    return _mallopt(_M_MMAP_THRESHOLD, threshold)
+
+
+def _libc() -> ctypes.CDLL | None:
+    """The process's C library when it is glibc (which has ``mallopt`` and ``malloc_trim``), else ``None``."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
     try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # pragma: no cover - a glibc without mallopt
+        libc = ctypes.CDLL(None)
+        libc.mallopt, libc.malloc_trim  # noqa: B018 (both must exist)
+    except (OSError, AttributeError):  # pragma: no cover - a glibc without them
+        return None
+    return libc
+
+
+def _unavailable() -> str | None:
+    """Why no policy can be applied here (not glibc, or the environment's setting wins), or ``None``."""
+    if _ENVIRONMENT_SETTING in os.environ:
+        return f"the environment sets {_ENVIRONMENT_SETTING}, which wins: the allocator is left as it is"
+    if _libc() is None:
+        return f"the C library is not glibc ({platform.libc_ver()[0] or 'unknown'}): the allocator is left as it is"
+    return None
+
+
+def _mallopt(parameter: int, value: int) -> bool:
+    libc = _libc()
+    if libc is None:  # pragma: no cover - callers check first
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return mallopt(_M_MMAP_THRESHOLD, threshold) == 1
+    return mallopt(parameter, value) == 1
+
+
+def release_free_memory() -> bool:
+    """``malloc_trim(0)``: hand every free page of the C library's heaps back to the system (glibc only).
+
+    Returns whether any memory was released (``False`` where the C library is not glibc). What is alive is not
+    touched, so nothing computed changes; the pages released are faulted in again when the heaps reuse them.
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    trim = libc.malloc_trim
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    return trim(0) == 1
+
+
+def check_host_memory_policy(policy: object, argument: str = "host_memory") -> str:
+    """``policy`` when it names one of :data:`HOST_MEMORY_POLICIES`, else a ``ValueError`` naming ``argument``."""
+    if not isinstance(policy, str) or policy not in HOST_MEMORY_POLICIES:
+        raise ValueError(f"{argument} must be one of {', '.join(repr(p) for p in HOST_MEMORY_POLICIES)}, got {policy!r}")
+    return policy
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """An allocator policy as applied to this process (:func:`apply_host_memory_policy`).
+
+    Attributes
+    ----------
+    policy : str
+        The policy asked for.
+    applied : bool
+        Whether its settings took effect (``False`` for ``"off"``, where the C library is not glibc, or where
+        the environment sets ``MALLOC_MMAP_THRESHOLD_``).
+    note : str
+        What was done, or why nothing was.
+    trims : bool
+        Whether :meth:`after_step` returns the free pages of the heaps (``malloc_trim``).
+    """
+
+    policy: str
+    applied: bool
+    note: str
+    trims: bool = False
+
+    def after_step(self) -> None:
+        """Called once after every optimiser step: ``malloc_trim(0)`` under the trimming policies."""
+        if self.trims:
+            release_free_memory()
+
+
+def apply_host_memory_policy(policy: str = DEFAULT_HOST_MEMORY, *, argument: str = "host_memory") -> HostMemory:
+    """Validate ``policy`` (one of :data:`HOST_MEMORY_POLICIES`; a ``ValueError`` names ``argument``), set the
+    C library's allocator for it and return what was applied, with the per-step hook.
+
+    Where no policy can be applied (not glibc, or ``MALLOC_MMAP_THRESHOLD_`` in the environment) nothing is
+    set and nothing will be trimmed; :attr:`HostMemory.note` says why.
+    """
+    check_host_memory_policy(policy, argument)
+    from reference_models.engine import cpu_pool
+
+    cpu_pool.disable()  # an earlier "pool" ends here (a no-op where it never ran); "pool" installs it again below
+    if policy == "off":
+        return HostMemory(policy, False, "the allocator is left as it is")
+    why_not = _unavailable()
+    if why_not is not None:
+        return HostMemory(policy, False, why_not)
+    if policy == "pool":
+        # the blocks of 1 MiB and more that are not tensors' (NumPy's, the C library's) are mapped as under "mapped"
+        mapped = _mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and keep_large_blocks_mapped(MMAP_THRESHOLD_BYTES)
+        why_no_pool = cpu_pool.install(MMAP_THRESHOLD_BYTES)
+        if why_no_pool is not None:
+            return HostMemory(policy, mapped, f"the tensor pool is unavailable ({why_no_pool}): every block of at "
+                                              "least 1 MiB is a memory map of its own, as under 'mapped'")
+        return HostMemory(policy, True, "tensors of at least 1 MiB from a pool of memory maps that reuses them "
+                                        "(engine.cpu_pool), other blocks of 1 MiB and more mapped")
+    if policy in ("mapped", "mapped-large"):
+        threshold = MMAP_THRESHOLD_BYTES if policy == "mapped" else LARGE_MMAP_THRESHOLD_BYTES
+        ok = _mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and keep_large_blocks_mapped(threshold)
+        return HostMemory(policy, ok, f"every block of at least {threshold >> 20} MiB is a memory map of its own")
+    ok = (_mallopt(_M_MMAP_MAX, 0 if policy == "heap-trim" else _DEFAULT_MMAP_MAX)
+          and _mallopt(_M_MMAP_THRESHOLD, _MAX_MMAP_THRESHOLD_BYTES)
+          and _mallopt(_M_TRIM_THRESHOLD, 2 * _MAX_MMAP_THRESHOLD_BYTES))
+    where = "every block" if policy == "heap-trim" else "blocks below 32 MiB"
+    return HostMemory(policy, ok, f"{where} from the heaps, their free pages returned after every step", trims=ok)

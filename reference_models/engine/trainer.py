@@ -34,7 +34,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -51,7 +51,7 @@ from reference_models.engine.checkpoint import (
 from reference_models.engine.distributed import DistributedRun, quiet_logger
 from reference_models.engine.errors import UserError
 from reference_models.engine.fingerprint import fingerprint_differences
-from reference_models.engine.host_memory import keep_large_blocks_mapped
+from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HostMemory, apply_host_memory_policy
 from reference_models.engine.optimization import clip_gradients
 from reference_models.engine.reporting import progress, run_logger, tensorboard_writer
 from reference_models.engine.task import TrainingTask
@@ -185,6 +185,13 @@ class Trainer:
         ``device`` is the rank's, the task is told (:meth:`TrainingTask.use_distributed`), the model trains
         under ``DistributedDataParallel`` (:attr:`train_model`), rank 0 alone validates and writes
         ``output_dir``, and ``last.pt`` holds every rank's generator states. Default: one process.
+    host_memory : str
+        The allocator policy (:mod:`reference_models.engine.host_memory`): ``"pool"`` (the default) serves
+        tensors of at least 1 MiB from a pool of memory maps that reuses them
+        (:mod:`reference_models.engine.cpu_pool`; ``"mapped"`` where it cannot be built), ``"mapped"`` gives
+        every block of at least 1 MiB a memory map of its own, ``"trim"`` returns the heaps' free pages once
+        after every optimiser step, ``"heap-trim"``, ``"mapped-large"`` or ``"off"``. It moves where memory
+        comes from, never a computed value; what was applied is :attr:`host_memory`.
     """
 
     def __init__(
@@ -199,7 +206,10 @@ class Trainer:
         num_workers: int = 0,
         verbose: bool = False,
         distributed: DistributedRun | None = None,
+        host_memory: str = DEFAULT_HOST_MEMORY,
     ) -> None:
+        #: The allocator policy as applied (its :meth:`~HostMemory.after_step` runs after every optimiser step).
+        self.host_memory: HostMemory = apply_host_memory_policy(host_memory)
         self.task = task
         self.run = distributed if distributed is not None else DistributedRun(device=torch.device(device))
         self.schedule = task.schedule
@@ -207,7 +217,6 @@ class Trainer:
         self.device = torch.device(device)
         self.seed = int(seed)
         self.amp = bool(amp)
-        keep_large_blocks_mapped()  # the resident size follows the live tensors (see engine.host_memory)
         if self.run.is_writer:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             self.show_progress = show_progress
@@ -428,6 +437,7 @@ class Trainer:
             self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
+            self.host_memory.after_step()  # e.g. malloc_trim: the step's freed pages go back (engine.host_memory)
             for name, value in terms.scalars().items():
                 sums[name] = sums[name] + value if name in sums else value.clone()
             steps += 1
@@ -475,7 +485,7 @@ class Trainer:
             self.logger.warning("last.pt was written by %d process(es), this run has %d: the random streams "
                                 "(dropout) are not those of an uninterrupted run", count, self.run.world_size)
         if self.run.is_distributed and count == self.run.world_size:
-            return saved[self.run.rank]
+            return cast("list[dict[str, Any]]", saved)[self.run.rank]  # one state per rank
         return state["rng"]
 
     def load_best(self) -> nn.Module:

@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=engine.positive_number, help="override the preset's learning rate")
     engine.add_output_arguments(train, Path("runs/holmes"))
     train.add_argument("--amp", action="store_true", help="mixed precision (torch.autocast)")
+    engine.add_host_memory_argument(train)
     engine.add_distributed_arguments(train)
 
     evaluate = sub.add_parser("evaluate", help="score a checkpoint on a split")
@@ -258,7 +259,7 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     device = str(run.device) if run.is_distributed else args.device
     trainer = Trainer(cfg, splits["train"], splits["val"], out, device=device, seed=args.seed, amp=args.amp,
                       show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True,
-                      **({"distributed": run} if run.is_distributed else {}))
+                      host_memory=args.host_memory, **({"distributed": run} if run.is_distributed else {}))
     if args.resume:
         try:
             trainer.resume()  # refuses another config, seed or data before anything is written

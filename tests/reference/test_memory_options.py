@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from reference_models.engine.host_memory import keep_large_blocks_mapped
+from reference_models.engine import Trainer as EngineTrainer
+from reference_models.engine import cpu_pool, host_memory
+from reference_models.engine.host_memory import (
+    DEFAULT_HOST_MEMORY,
+    HOST_MEMORY_POLICIES,
+    apply_host_memory_policy,
+    keep_large_blocks_mapped,
+)
 from reference_models.holmes.config import preset
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
@@ -101,6 +109,84 @@ def test_allocator_threshold_is_checked():
 def test_the_environment_setting_wins(monkeypatch):
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     assert keep_large_blocks_mapped() is False
+    for policy in HOST_MEMORY_POLICIES:  # no policy sets anything, none trims
+        applied = apply_host_memory_policy(policy)
+        assert applied.applied is False and applied.trims is False
+        if policy != "off":
+            assert "MALLOC_MMAP_THRESHOLD_" in applied.note
+
+
+_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
+@pytest.fixture
+def restore_default_policy():
+    """The policies are the process's settings: leave the engine's default behind for the other tests."""
+    yield
+    apply_host_memory_policy(DEFAULT_HOST_MEMORY)
+
+
+@pytest.mark.parametrize("bad", ["fast", "MAPPED", "", None, 1, True])
+def test_the_policy_is_checked_naming_the_argument(bad, tmp_path):
+    from tests.reference.test_engine import ToyTask
+
+    with pytest.raises(ValueError, match="host_memory must be one of 'trim', 'heap-trim', 'mapped'"):
+        apply_host_memory_policy(bad)
+    with pytest.raises(ValueError, match=r"host_memory .* got " + re.escape(repr(bad))):
+        EngineTrainer(ToyTask(), tmp_path, show_progress=False, host_memory=bad)
+    with pytest.raises(ValueError, match="--host-memory must be one of"):
+        apply_host_memory_policy(bad, argument="--host-memory")
+    assert DEFAULT_HOST_MEMORY in HOST_MEMORY_POLICIES
+
+
+@pytest.mark.parametrize("policy", HOST_MEMORY_POLICIES)
+def test_the_trimming_policies_trim_once_per_optimiser_step(policy, tmp_path, monkeypatch, restore_default_policy):
+    from tests.reference.test_engine import ToyTask
+
+    calls = []
+    monkeypatch.setattr(host_memory, "release_free_memory", lambda: calls.append(1) or True)
+    trainer = EngineTrainer(ToyTask(epochs=3), tmp_path, show_progress=False, host_memory=policy)
+    assert trainer.host_memory.policy == policy
+    trainer.fit()
+    expected = 3 * trainer.steps_per_epoch if policy in ("trim", "heap-trim") and _GLIBC else 0
+    assert len(calls) == expected and trainer.host_memory.trims == (expected > 0)
+    assert trainer.host_memory.applied == (_GLIBC and policy != "off")
+
+
+def test_every_policy_trains_to_the_same_weights_bit_for_bit(tmp_path, restore_default_policy):
+    """A small Holmes run (three steps per epoch; attention maps and feed-forward outputs of 1-2 MiB, so the
+    policies serve them differently) under every policy in one process: the same losses, validation recalls
+    and weights."""
+    import dataclasses
+
+    from reference_models.holmes.data import generate_embedded_benchmark, load_split
+    from reference_models.holmes.trainer import Trainer
+    from tests.reference.data_helpers import COLLECTION, TINY_SPEC
+
+    root = tmp_path / "data"
+    generate_embedded_benchmark(root, COLLECTION, seed=0, spec=dataclasses.replace(
+        TINY_SPEC, n_train_videos=48, n_val_videos=8, n_test_videos=4))
+    splits = {s: load_split(root, COLLECTION, "synthetic", s, n_clips=8, n_frames=64) for s in ("train", "val")}
+    cfg = preset("embedded").replace(
+        model={"hidden_size": 128, "num_heads": 4, "widths": [None, 1.0], "ffn_multiplier": 4},
+        optim={"videos_per_batch": 16, "lr": 1e-3, "eval_video_batch": 16, "eval_query_batch": 32, "score_chunk": 16},
+        schedule={"epochs": 2, "warmup_stage_epochs": 1, "hard_negative_epoch": 1},
+        dab={"embed_dim": 8, "n_steps": 2},
+    )
+    runs = {}
+    for policy in HOST_MEMORY_POLICIES:
+        trainer = Trainer(cfg, splits["train"], splits["val"], tmp_path / policy, seed=3, show_progress=False,
+                          host_memory=policy)
+        result = trainer.fit()
+        history = [{k: v for k, v in h.items() if k != "train_seconds"} for h in result.history]
+        runs[policy] = history, {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        if policy == "pool" and cpu_pool.status() == "built":  # the run's blocks of 1 MiB and more were reused
+            assert cpu_pool.stats()["reused"] + cpu_pool.stats()["shrunk"] > 0
+    first_history, first_weights = runs[HOST_MEMORY_POLICIES[0]]
+    for policy, (history, weights) in runs.items():
+        assert history == first_history, policy
+        for name, value in weights.items():
+            assert torch.equal(value, first_weights[name]), (policy, name)
 
 
 _FREE_AND_MEASURE = """
@@ -111,12 +197,17 @@ def rss():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
-applied = keep_large_blocks_mapped() if sys.argv[1] == "on" else False
+from reference_models.engine.host_memory import apply_host_memory_policy
+mode = sys.argv[1]
+policy = apply_host_memory_policy(mode) if mode in ("trim", "heap-trim") else None
+applied = keep_large_blocks_mapped() if mode == "on" else policy is not None and policy.applied
 for _ in range(2):  # what a training step does: free a large block, then many of a few MiB
     big = torch.ones(8 << 20); del big
     blocks = [torch.ones(1 << 20) for _ in range(64)]  # 64 x 4 MiB, written
     keep = [torch.ones(16) for _ in range(64)]  # small survivors between them
     before_free = rss(); del blocks
+    if policy is not None:
+        policy.after_step()  # the end of the step
 print(json.dumps({"applied": applied, "released_mib": before_free - rss()}))
 """
 
@@ -135,6 +226,9 @@ def test_freed_blocks_leave_the_resident_set():
     assert on["applied"] is True and off["applied"] is False
     assert on["released_mib"] > 200
     assert off["released_mib"] < 100
+    for policy in ("trim", "heap-trim"):  # the heaps keep the blocks within the step, the trim returns them
+        trimmed = run(policy)
+        assert trimmed["applied"] is True and trimmed["released_mib"] > 200, policy
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
