@@ -36,15 +36,15 @@ import ctypes
 import hashlib
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import torch
-
-from evidential_prvr.native import OUTPUT, SOURCE, build_cached_library, find_compiler
 
 __all__: list[str] = []
 
@@ -274,7 +274,12 @@ def fused_status() -> dict[str, object]:
 
 
 def _compiler() -> str | None:
-    return find_compiler("CC", ("cc", "gcc", "clang"))
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name:
+            path = shutil.which(name)
+            if path:
+                return path
+    return None
 
 
 def _cpu_signature() -> str:
@@ -292,10 +297,37 @@ def _cpu_signature() -> str:
     return "\n".join(parts)
 
 
-def _compile(cc: str, stem: str) -> str:
-    """Build the kernel into the cache (native flags first, then portable ones); return the library path."""
-    commands = [[cc, *_FLAGS, *extra, SOURCE, *_LIBS, "-o", OUTPUT] for extra in (_NATIVE, ())]
-    return build_cached_library(_KERNEL_SOURCE, stem, commands, suffix=".c", timeout=120)
+def _cache_dirs() -> list[str]:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return [os.path.join(base, "evidential_prvr"), os.path.join(tempfile.gettempdir(), f"evidential_prvr_{user}")]
+
+
+def _compile(cc: str, out_dir: str, stem: str) -> str:
+    """Build the kernel into ``out_dir`` (native flags first, then portable ones); return the library path."""
+    os.makedirs(out_dir, exist_ok=True)
+    target = os.path.join(out_dir, stem + ".so")
+    if os.path.isfile(target):
+        return target
+    fd, source = tempfile.mkstemp(suffix=".c", dir=out_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(_KERNEL_SOURCE)
+    partial = source[:-2] + ".so.partial"
+    try:
+        error = ""
+        for extra in (_NATIVE, ()):
+            result = subprocess.run([cc, *_FLAGS, *extra, source, *_LIBS, "-o", partial], capture_output=True, text=True,
+                                    timeout=120)
+            if result.returncode == 0:
+                os.replace(partial, target)  # atomic: concurrent builders (torchrun ranks) never see half a file
+                return target
+            last_line = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["failed"]
+            error = last_line[0]
+        raise RuntimeError(f"compiler {cc} failed: {error}")
+    finally:
+        for path in (source, partial):
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 def _self_check(function: Kernel) -> bool:
@@ -333,7 +365,17 @@ def _load() -> Kernel | None:
             key = "\n".join([_KERNEL_SOURCE, " ".join(_FLAGS + _NATIVE + _LIBS), cc, version, _cpu_signature(),
                              sys.platform])
             stem = "sinkhorn_fused_" + hashlib.sha256(key.encode()).hexdigest()[:20]
-            library = ctypes.CDLL(_compile(cc, stem))
+            errors = []
+            path = None
+            for folder in _cache_dirs():
+                try:
+                    path = _compile(cc, folder, stem)
+                    break
+                except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+                    errors.append(str(exc))
+            if path is None:
+                raise RuntimeError("; ".join(errors))
+            library = ctypes.CDLL(path)
             function = library.evidential_prvr_sinkhorn_scaling
             function.restype = ctypes.c_int
             function.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 8 + [ctypes.c_long] * 4 + [ctypes.c_int] * 3

@@ -33,16 +33,17 @@ built, :func:`install` says why and nothing changes. Use it through the ``"pool"
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 import torch
-
-from evidential_prvr.native import OUTPUT, SOURCE, build_cached_library, find_compiler
 
 __all__ = ["install", "disable", "release_cached", "stats", "status", "POOL_MIN_BYTES", "POOL_TOLERANCE"]
 
@@ -254,13 +255,42 @@ _state = "not built"
 
 
 def _compiler() -> str | None:
-    return find_compiler("CXX", ("c++", "g++", "clang++"))
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name:
+            path = shutil.which(name)
+            if path:
+                return path
+    return None
 
 
-def _build(cxx: str, stem: str, flags: list[str]) -> str:
-    """Build the library into the cache unless it is there; return its path."""
-    command = [cxx, *flags[:-3], SOURCE, *flags[-3:], "-o", OUTPUT]
-    return build_cached_library(_SOURCE, stem, [command], suffix=".cpp", timeout=180)
+def _cache_dirs() -> list[str]:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    user = str(os.getuid()) if hasattr(os, "getuid") else "user"
+    return [os.path.join(base, "evidential_prvr"), os.path.join(tempfile.gettempdir(), f"evidential_prvr_{user}")]
+
+
+def _build(cxx: str, out_dir: str, stem: str, flags: list[str]) -> str:
+    """Build the library into ``out_dir`` unless it is there; return its path."""
+    os.makedirs(out_dir, exist_ok=True)
+    target = os.path.join(out_dir, stem + ".so")
+    if os.path.isfile(target):
+        return target
+    fd, source = tempfile.mkstemp(suffix=".cpp", dir=out_dir)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(_SOURCE)
+    partial = source[:-4] + ".so.partial"
+    try:
+        result = subprocess.run([cxx, *flags[:-3], source, *flags[-3:], "-o", partial], capture_output=True,
+                                text=True, timeout=180)
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["failed"]
+            raise RuntimeError(f"compiler {cxx} failed: {last[0]}")
+        os.replace(partial, target)  # atomic: concurrent builders never see half a file
+        return target
+    finally:
+        for path in (source, partial):
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 def _load() -> ctypes.CDLL | None:
@@ -285,7 +315,16 @@ def _load() -> ctypes.CDLL | None:
             version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
             key = "\n".join([_SOURCE, " ".join(flags), cxx, version, torch.__version__, sys.platform])
             stem = "cpu_pool_" + hashlib.sha256(key.encode()).hexdigest()[:20]
-            library = ctypes.CDLL(_build(cxx, stem, flags))
+            errors, path = [], None
+            for folder in _cache_dirs():
+                try:
+                    path = _build(cxx, folder, stem, flags)
+                    break
+                except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+                    errors.append(str(exc))
+            if path is None:
+                raise RuntimeError("; ".join(errors))
+            library = ctypes.CDLL(path)
             library.evidential_prvr_pool_install.argtypes = (ctypes.c_longlong, ctypes.c_double)
             library.evidential_prvr_pool_install.restype = ctypes.c_int
             library.evidential_prvr_pool_enabled.restype = ctypes.c_int
