@@ -30,8 +30,8 @@ from evidential_prvr.metrics import compare_runs
 from reference_models import engine
 from reference_models.engine import compare as grid
 
-__all__ = ["BENCHMARK_NAMES", "SCHEMA", "TASKS", "VERDICT_RULE", "build_parser", "build_results", "main", "report",
-           "runner_for"]
+__all__ = ["BENCHMARK_NAMES", "SCHEMA", "TASKS", "VERDICT_RULE", "ablation_table", "build_parser", "build_results",
+           "format_ablation_table", "main", "plan_spec", "report", "runner_for"]
 
 #: The tasks that have a comparison, and the module of each one's runner.
 TASKS = {"holmes": "reference_models.holmes.comparison", "hud": "reference_models.hud.comparison",
@@ -75,6 +75,13 @@ def _seed_list(text: str) -> list[int]:
     return values
 
 
+def _name_list(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct comma-separated names such as dab,prob, got {text!r}")
+    return values
+
+
 def build_parser() -> engine.OneLineParser:
     parser = engine.OneLineParser(
         prog="python -m reference_models.compare",
@@ -95,9 +102,15 @@ def build_parser() -> engine.OneLineParser:
     run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
     run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     run.add_argument("--no-report", action="store_true", help="train only; merge later with report")
+    run.add_argument("--methods", type=_name_list,
+                     help="which methods to train against the base, in this order (a task with ablations: "
+                          "dab; default: the task's method)")
     _report_arguments(run)
     rep = sub.add_parser("report", help="merge every finished run of --out: results.json, table, figure")
     rep.add_argument("--out", type=Path, required=True)
+    rep.add_argument("--methods", type=_name_list,
+                     help="which methods to report against the base (default: the comparison's method); with "
+                          "several, also the ablation table (ablations.json)")
     _report_arguments(rep)
     return parser
 
@@ -114,12 +127,21 @@ def _compare(collected: dict[str, Any], spec: grid.ComparisonSpec, n_boot: int, 
     return {m: c.to_dict() for m, c in comparisons.items()}
 
 
-def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot: int = 2000,
-                  bootstrap_seed: int = 0) -> dict[str, Any]:
-    """The content of ``results.json`` (schema: :doc:`/guide/comparisons`) from the finished runs."""
+def plan_spec(plan: dict[str, Any]) -> grid.ComparisonSpec:
+    """The :class:`~reference_models.engine.ComparisonSpec` a ``comparison.json`` was written with."""
     saved = plan["spec"]
-    spec = grid.ComparisonSpec(str(saved["method"]), str(saved["base"]), tuple(saved["headline"]),
-                               tuple(saved["metrics"]), tuple(saved["ks"]), tuple(saved["sets"]), str(saved["primary"]))
+    return grid.ComparisonSpec(str(saved["method"]), str(saved["base"]), tuple(saved["headline"]),
+                               tuple(saved["metrics"]), tuple(saved["ks"]), tuple(saved["sets"]), str(saved["primary"]),
+                               tuple(saved.get("ablations", ())))
+
+
+def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot: int = 2000,
+                  bootstrap_seed: int = 0, method: str | None = None) -> dict[str, Any]:
+    """The content of ``results.json`` (schema: :doc:`/guide/comparisons`) from the finished runs; ``method``:
+    one of the comparison's methods (default: the one its plan names)."""
+    spec = plan_spec(plan)
+    if method is not None:
+        spec = spec.against(method)
     sets: dict[str, Any] = {}
     for set_name in spec.sets:
         collected = grid.collect_ranks(records, spec, set_name)
@@ -157,16 +179,64 @@ def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot
     }
 
 
-def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0) -> dict[str, Any]:
-    """Write ``out/results.json`` and ``out/comparison.png`` from every finished run of ``out``; print the table."""
+def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0,
+           methods: Sequence[str] | None = None) -> dict[str, Any]:
+    """Write ``out/results.json`` and ``out/comparison.png`` from every finished run of ``out``; print the table.
+
+    With ``methods`` (ablations), each method's files are ``results-<method>.json`` and ``comparison-<method>.png``
+    (the plan's own method keeps the plain names), and with more than one, ``ablations.json`` holds the table of
+    every method's headline differences on the primary set (:func:`ablation_table`). Returns the last method's
+    results.
+    """
     plan = grid.read_plan(out)
     records = grid.read_runs(out)
-    results = build_results(records, plan, n_boot=n_boot, bootstrap_seed=bootstrap_seed)
-    engine.write_json(out / "results.json", results, flag="--out")
-    grid.draw_report(results, out / "comparison.png")
-    print(grid.format_report(results))
-    print(f"results written to {out / 'results.json'}, figure to {out / 'comparison.png'}")
+    default = plan_spec(plan).method
+    every: dict[str, dict[str, Any]] = {}
+    for method in (methods or [default]):
+        results = build_results(records, plan, n_boot=n_boot, bootstrap_seed=bootstrap_seed, method=method)
+        suffix = "" if method == default else f"-{method}"
+        engine.write_json(out / f"results{suffix}.json", results, flag="--out")
+        grid.draw_report(results, out / f"comparison{suffix}.png")
+        print(grid.format_report(results))
+        print(f"results written to {out / f'results{suffix}.json'}, figure to {out / f'comparison{suffix}.png'}")
+        every[method] = results
+    if len(every) > 1:
+        table = ablation_table(every)
+        engine.write_json(out / "ablations.json", table, flag="--out")
+        print(format_ablation_table(table))
+        print(f"ablation table written to {out / 'ablations.json'}")
     return results
+
+
+def ablation_table(every: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``{"base", "primary_set", "rows": [{"method", "runs", "verdict", metric: {"method", "base", "difference",
+    "interval"}}]}``: each method's headline metrics on the primary set against the one base, from its results."""
+    rows = []
+    for method, results in every.items():
+        block = results["sets"][results["primary_set"]]
+        row: dict[str, Any] = {"method": method, "runs": block["runs"][method], "verdict": results["verdict"]["text"]}
+        for metric in results["headline"]:
+            c = block["metrics"][metric]
+            row[metric] = {"method": c["method"]["mean"], "base": c["base"]["mean"], "difference": c["difference"],
+                           "interval": [c["low"], c["high"]]}
+        rows.append(row)
+    first = next(iter(every.values()))
+    return {"schema": SCHEMA + "/ablations", "base": first["base"], "primary_set": first["primary_set"],
+            "headline": first["headline"], "rows": rows}
+
+
+def format_ablation_table(table: dict[str, Any]) -> str:
+    """The ablation table as text: one row per method, its headline means, difference and interval."""
+    head = ["method", "runs"] + [f"{m} (method / base, diff [95%])" for m in table["headline"]] + ["verdict"]
+    lines = [f"ablations against {table['base']} on {table['primary_set']}:", "  ".join(head)]
+    for row in table["rows"]:
+        cells = [row["method"], str(row["runs"])]
+        for metric in table["headline"]:
+            c = row[metric]
+            cells.append(f"{c['method']:.2f} / {c['base']:.2f}, {c['difference']:+.2f} "
+                         f"[{c['interval'][0]:.2f}, {c['interval'][1]:.2f}]")
+        lines.append("  ".join(cells + [row["verdict"]]))
+    return "\n".join(lines)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -175,15 +245,15 @@ def _run(args: argparse.Namespace) -> int:
     runner = runner_for(args.task, epochs=args.epochs, scale=args.benchmark_scale, benchmark=args.benchmark)
     start = time.perf_counter()
     grid.run_grid(runner, args.out, seeds=args.seeds, data_seeds=args.data_seeds, device=args.device,
-                  show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+                  show_progress=not args.no_progress, methods=args.methods, log=lambda line: print(line, flush=True))
     print(f"runs of seeds {args.seeds} x data seeds {args.data_seeds} done in {time.perf_counter() - start:.0f} s")
     if not args.no_report:
-        report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed)
+        report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed, methods=args.methods)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed)
+    report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed, methods=args.methods)
     return 0
 
 

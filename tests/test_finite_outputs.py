@@ -221,6 +221,15 @@ def check_gaussian(name):
     return run
 
 
+def check_contraction(d):
+    n, dim = d.int(1, 6), d.int(1, 16)
+    parts = [t.to(d.dtype).requires_grad_() for _ in range(3) for t in d.gaussian(n, dim)]
+    if d.int(0, 1):  # a state already at its target
+        parts[2:4] = [parts[4].detach().clone().requires_grad_(), parts[5].detach().clone().requires_grad_()]
+    mu, logvar = F.bounded_contraction(*parts, rate=(0.05, 0.8, 1.0)[d.int(0, 2)])
+    return mu, logvar, _grads_finite(mu.sum() + logvar.sum(), *parts)
+
+
 def check_pac(d):
     b = d.int(1, 8)
     cost = (torch.rand(b, b, generator=d.gen, dtype=torch.float64) * d.scale).requires_grad_()
@@ -396,6 +405,7 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "pac_loss": check_pac,
     "sinusoidal_time_embedding": lambda d: F.sinusoidal_time_embedding(torch.arange(d.int(1, 50)), 2 * d.int(1, 64)),
     "bridge_step_sizes": lambda d: F.bridge_step_sizes(d.int(1, 64)),
+    "bounded_contraction": check_contraction,
     "combine_video_log_variances": lambda d: F.combine_video_log_variances(*d.gaussian(3, 4)),
     "biased_max_similarity": check_biased,
     "batch_classification_loss": check_hud_loss("batch_classification_loss"),
@@ -411,7 +421,8 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
 
 #: The checks that also differentiate (their result holds a :class:`Gradients`).
 DIFFERENTIABLE = ("max_similarity", "sinkhorn", "flexible_ot", "intra_video_loss", "inter_video_loss", "triplet_ranking_loss",
-                  "info_nce_loss", "query_diversity_loss", "base_retrieval_loss", "pac_loss", "biased_max_similarity",
+                  "info_nce_loss", "query_diversity_loss", "base_retrieval_loss", "pac_loss", "bounded_contraction",
+                  "biased_max_similarity",
                   "batch_classification_loss", "holistic_atomistic_consistency_loss", "gallery_opinion",
                   "selective_confidence")
 

@@ -34,7 +34,7 @@ from evidential_prvr.functional._retrieval_losses import (
 
 # Gaussian embeddings (DAB, HUD)
 from evidential_prvr.functional._gaussian import kl_margin, pairwise_gaussian_kl, pairwise_wasserstein2, reparameterised_sample
-from evidential_prvr.functional._dab import bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
+from evidential_prvr.functional._dab import bounded_contraction, bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
 from evidential_prvr.functional._hud import batch_classification_loss, biased_max_similarity, holistic_atomistic_consistency_loss
 
 # Uncertainty at retrieval time: gallery opinions, query types, selective confidences (Holmes §3.2)
@@ -88,6 +88,7 @@ __all__ = [
     "pac_loss",
     "sinusoidal_time_embedding",
     "bridge_step_sizes",
+    "bounded_contraction",
     "combine_video_log_variances",
     "biased_max_similarity",
     "batch_classification_loss",

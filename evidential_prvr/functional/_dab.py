@@ -28,6 +28,7 @@ __all__ = [
     "sinusoidal_time_embedding",
     "bridge_step_sizes",
     "combine_video_log_variances",
+    "bounded_contraction",
 ]
 
 
@@ -211,3 +212,90 @@ def combine_video_log_variances(base_logvar: torch.Tensor, token_logvar: torch.T
     check_tensor(token_logvar, "token_logvar", floating=True)
     check_same_shape(base_logvar, token_logvar, "base_logvar", "token_logvar")
     return 0.5 * (base_logvar + token_logvar)
+
+
+def bounded_contraction(
+    mu: torch.Tensor,
+    logvar: torch.Tensor,
+    previous_mu: torch.Tensor,
+    previous_logvar: torch.Tensor,
+    target_mu: torch.Tensor,
+    target_logvar: torch.Tensor,
+    rate: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hold one bridge update to a contraction toward its target distribution (DAB, Key Design 2).
+
+    In the joint parameter space :math:`x = [\\mu, \\log\\sigma^2]`, with :math:`x_t` the state before the
+    update, :math:`x'` the updated state and :math:`x_v` the target (the video distribution
+    :math:`Q_v`), the update is pulled back onto the ball of radius :math:`\\rho\\,\\|x_t - x_v\\|` around
+    the target:
+
+    .. math::
+
+        x_{t-1} = x_v + \\min\\Big(1, \\frac{\\rho\\,\\|x_t - x_v\\|}{\\|x' - x_v\\|}\\Big)\\,(x' - x_v),
+
+    so that :math:`\\|x_{t-1} - x_v\\| \\le \\rho\\,\\|x_t - x_v\\|` ("contractive updates, contraction
+    rate at most :math:`\\rho`"). An update already inside the ball is returned unchanged, and the result
+    lies on the segment from :math:`x_v` to :math:`x'`, so a log-variance clipped to a range that holds
+    the target's stays in it.
+
+    Parameters
+    ----------
+    mu, logvar : torch.Tensor
+        The updated state :math:`x'` ``[..., D]``.
+    previous_mu, previous_logvar : torch.Tensor
+        The state before the update, :math:`x_t`.
+    target_mu, target_logvar : torch.Tensor
+        The target :math:`x_v`. The three pairs broadcast to one shape (e.g. ``[Q, 1, D]`` states and
+        ``[1, V, D]`` targets for every text-video pair); each pair's two tensors have the same shape.
+    rate : float
+        :math:`\\rho \\in (0, 1]`.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(mu, logvar)`` of :math:`x_{t-1}`, in the broadcast shape, computed in float32 or wider (half inputs
+        are upcast).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import bounded_contraction
+    >>> zero = torch.zeros(1, 2)
+    >>> mu, logvar = bounded_contraction(torch.tensor([[3.0, 0.0]]), zero, torch.tensor([[1.0, 0.0]]), zero,
+    ...                                  zero, zero, rate=0.5)
+    >>> mu  # moved 3 from the target, allowed 0.5 x 1
+    tensor([[0.5000, 0.0000]])
+
+    References
+    ----------
+    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
+    """
+    pairs = {"mu": (mu, logvar), "previous_mu": (previous_mu, previous_logvar),
+             "target_mu": (target_mu, target_logvar)}
+    for name, (m, lv) in pairs.items():
+        check_tensor(m, name, floating=True)
+        check_tensor(lv, name.replace("mu", "logvar"), floating=True)
+        check_same_shape(m, lv, name, name.replace("mu", "logvar"))
+    try:
+        torch.broadcast_shapes(mu.shape, previous_mu.shape, target_mu.shape)
+    except RuntimeError:
+        listed = ", ".join(f"{name} {tuple(m.shape)}" for name, (m, _) in pairs.items())
+        raise ValueError(f"the bridge states and their targets must broadcast to one shape, got {listed}") from None
+    check_in_range(rate, "rate", 0.0, 1.0, low_inclusive=False)
+    dtype = compute_dtype(mu)
+    for other in (logvar, previous_mu, previous_logvar, target_mu, target_logvar):
+        dtype = torch.promote_types(dtype, compute_dtype(other))
+    mu, logvar, previous_mu, previous_logvar, target_mu, target_logvar = (
+        t.to(dtype) for t in (mu, logvar, previous_mu, previous_logvar, target_mu, target_logvar))
+    tiny = torch.finfo(dtype).tiny  # keeps sqrt's gradient finite at a zero distance
+    before = ((previous_mu - target_mu).square().sum(-1) + (previous_logvar - target_logvar).square().sum(-1))
+    step_mu, step_logvar = mu - target_mu, logvar - target_logvar
+    after = step_mu.square().sum(-1) + step_logvar.square().sum(-1)
+    allowed = rate * before.clamp_min(tiny).sqrt()
+    distance = after.clamp_min(tiny).sqrt()
+    outside = distance > allowed
+    scale = torch.where(outside, allowed / distance, torch.ones_like(distance)).unsqueeze(-1)
+    outside = outside.unsqueeze(-1)  # an update inside the ball is returned as it is, bit for bit
+    return (torch.where(outside, target_mu + scale * step_mu, mu),
+            torch.where(outside, target_logvar + scale * step_logvar, logvar))

@@ -9,6 +9,7 @@ This package holds the ``nn.Module`` wrappers and result types; the pure functio
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.probabilistic._alignment import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic._dab import (
+    ConditionedDistributionBridge,
     DistributionBridge,
     GaussianEmbeddingHead,
     ProbabilisticAlignmentContrastiveLoss,
@@ -29,6 +30,7 @@ __all__ = [
     "GaussianEmbeddingHead",
     "TokenUncertaintyHead",
     "DistributionBridge",
+    "ConditionedDistributionBridge",
     "ProbabilisticAlignmentContrastiveLoss",
     "DABAlignment",
     "DABAlignmentOutput",

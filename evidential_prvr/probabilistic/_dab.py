@@ -14,9 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._checks import check_positive, check_tensor
+from evidential_prvr._checks import check_in_range, check_positive, check_tensor
 from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr.functional._dab import (
+    bounded_contraction,
     bridge_step_sizes,
     combine_video_log_variances,
     pac_loss,
@@ -42,6 +43,7 @@ __all__ = [
     "GaussianEmbeddingHead",
     "TokenUncertaintyHead",
     "DistributionBridge",
+    "ConditionedDistributionBridge",
     "ProbabilisticAlignmentContrastiveLoss",
 ]
 
@@ -216,8 +218,36 @@ class TokenUncertaintyHead(_LogVarHead):
         return combine_video_log_variances(base_logvar.to(token_logvar.dtype), token_logvar).clamp(*self.logvar_bounds)
 
 
+class _DriftChain(_InputChecks):
+    """What DAB's two bridges share: the step sizes, the time embeddings and the zero-initialised drift MLP
+    ``Linear(inputs * dim + time_dim, hidden) -> GELU -> Linear(hidden, 2 * dim)``."""
+
+    if TYPE_CHECKING:  # the buffer registered in __init__
+        time_embeddings: torch.Tensor
+
+    def __init__(self, dim: int, n_steps: int, total_steps: int, step_range: tuple[float, float], *, inputs: int,
+                 hidden_dim: int | None, time_dim: int, logvar_bounds: tuple[float, float],
+                 validate_args: bool | None) -> None:
+        super().__init__(validate_args)
+        check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
+        hidden = hidden_size(hidden_dim, dim)
+        if n_steps > total_steps:
+            raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
+        self.dim, self.n_steps, self.total_steps = dim, n_steps, total_steps
+        self.logvar_bounds = check_bounds(logvar_bounds)
+        self.step_sizes = bridge_step_sizes(n_steps, cast("tuple[float, float]", tuple(step_range)))
+        self.drift = nn.Sequential(nn.Linear(inputs * dim + time_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * dim))
+        output_layer = cast(nn.Linear, self.drift[-1])  # the Linear(hidden, 2 * dim) just built
+        nn.init.zeros_(output_layer.weight)
+        nn.init.zeros_(output_layer.bias)
+        steps = torch.arange(n_steps, 0, -1, dtype=torch.float32)
+        self.register_buffer(
+            "time_embeddings", sinusoidal_time_embedding(steps, time_dim, max_period=float(total_steps)), persistent=False
+        )
+
+
 @insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
-class DistributionBridge(_InputChecks):
+class DistributionBridge(_DriftChain):
     """Sampling-free, deterministic bridge that drifts a Gaussian in parameter space (DAB, Key Design 2).
 
     For :math:`t = T', T'-1, \\dots, 1` (``n_steps`` :math:`= T'`):
@@ -270,9 +300,6 @@ class DistributionBridge(_InputChecks):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
     """
 
-    if TYPE_CHECKING:  # the buffer registered in __init__
-        time_embeddings: torch.Tensor
-
     def __init__(
         self,
         dim: int,
@@ -285,22 +312,8 @@ class DistributionBridge(_InputChecks):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
     ) -> None:
-        super().__init__(validate_args)
-        check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
-        hidden = hidden_size(hidden_dim, dim)
-        if n_steps > total_steps:
-            raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
-        self.dim, self.n_steps, self.total_steps = dim, n_steps, total_steps
-        self.logvar_bounds = check_bounds(logvar_bounds)
-        self.step_sizes = bridge_step_sizes(n_steps, cast("tuple[float, float]", tuple(step_range)))
-        self.drift = nn.Sequential(nn.Linear(2 * dim + time_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * dim))
-        output_layer = cast(nn.Linear, self.drift[-1])  # the Linear(hidden, 2 * dim) just built
-        nn.init.zeros_(output_layer.weight)
-        nn.init.zeros_(output_layer.bias)
-        steps = torch.arange(n_steps, 0, -1, dtype=torch.float32)
-        self.register_buffer(
-            "time_embeddings", sinusoidal_time_embedding(steps, time_dim, max_period=float(total_steps)), persistent=False
-        )
+        super().__init__(dim, n_steps, total_steps, step_range, inputs=2, hidden_dim=hidden_dim, time_dim=time_dim,
+                         logvar_bounds=logvar_bounds, validate_args=validate_args)
 
     def forward(self, mu: torch.Tensor, logvar: torch.Tensor) -> DiagonalGaussian:
         """Run the ``n_steps`` bridge updates on Gaussians ``[..., dim]``; returns ``(mu, logvar)``, same shape.
@@ -317,6 +330,119 @@ class DistributionBridge(_InputChecks):
             d_mu, d_logvar = self.drift(torch.cat([mu, logvar, t_emb], dim=-1)).chunk(2, dim=-1)
             mu = mu - chi * d_mu
             logvar = (logvar - chi * d_logvar).clamp(*self.logvar_bounds)
+        return DiagonalGaussian(mu, logvar)
+
+
+@insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
+class ConditionedDistributionBridge(_DriftChain):
+    """The distribution bridge conditioned on its target video distribution, one chain per text-video pair
+    (DAB, Key Design 2: "given a text distribution :math:`P_t` and a target video distribution :math:`Q_v`").
+
+    For :math:`t = T', \\dots, 1`, with :math:`x_t = [\\mu_t, \\log\\sigma^2_t]` the text state of one pair and
+    :math:`x_v = [\\mu_v, \\log\\sigma^2_v]` its video:
+
+    .. math::
+
+        [\\Delta\\mu_t, \\Delta\\log\\sigma^2_t] = \\operatorname{MLP}\\big([x_t, x_v, e(t)]\\big),\\qquad
+        x' = \\operatorname{clip}(x_t - \\chi_t [\\Delta\\mu_t, \\Delta\\log\\sigma^2_t]),\\qquad
+        x_{t-1} = \\operatorname{contract}_{\\rho_s}(x', x_t; x_v),
+
+    the last step :func:`~evidential_prvr.functional.bounded_contraction` with the per-step rate
+    :math:`\\rho_s = \\rho^{1/T'}`, so that the whole chain contracts at rate at most :math:`\\rho`:
+    :math:`\\|x_0 - x_v\\| \\le \\rho\\,\\|x_{T'} - x_v\\|` (DAB: "contractive updates (contraction rate at most
+    0.8)"). Reading the rate per step instead would shrink every pair's distance to
+    :math:`0.8^{32} \\approx 8 \\cdot 10^{-4}` of its start at :math:`T' = 32` and leave nothing to rank; that
+    reading is ``contraction=0.8 ** n_steps``. ``contraction=None`` leaves the updates unbounded.
+    :math:`e(t)`, :math:`\\chi_t`, the zero-initialised output layer and the clipping are those of
+    :class:`DistributionBridge`, whose chain is the same without :math:`x_v`.
+
+    The first layer is applied as the sum of its state, target and time parts, so the target's part is
+    computed once per target and the time's once per step; the per-pair work is the MLP on the state.
+
+    Parameters
+    ----------
+    dim : int
+        Gaussian dimension :math:`D`.
+    n_steps : int, default 32
+        Truncated steps :math:`T'`.
+    total_steps : int, default 1000
+        Chain length :math:`N` (the time embedding's longest period).
+    step_range : tuple of float
+        Range of :math:`\\chi_t`; default ``(0.2, 0.6)``.
+    contraction : float or None, default 0.8
+        :math:`\\rho \\in (0, 1]` of the whole chain, or ``None``.
+    hidden_dim : int, optional
+        Hidden size of the drift MLP (default ``dim``).
+    time_dim : int, default 128
+        Size of the sinusoidal time embedding.
+    {bounds_and_checks}
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import ConditionedDistributionBridge
+    >>> bridge = ConditionedDistributionBridge(16, n_steps=4)
+    >>> text = torch.randn(3, 1, 16), torch.full((3, 1, 16), -2.0)   # 3 texts
+    >>> video = torch.randn(1, 5, 16), torch.full((1, 5, 16), -1.0)  # 5 videos
+    >>> bridge(*text, *video).mu.shape  # one bridged text per pair
+    torch.Size([3, 5, 16])
+
+    References
+    ----------
+    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        n_steps: int = 32,
+        total_steps: int = 1000,
+        step_range: tuple[float, float] = (0.2, 0.6),
+        *,
+        contraction: float | None = 0.8,
+        hidden_dim: int | None = None,
+        time_dim: int = 128,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
+    ) -> None:
+        super().__init__(dim, n_steps, total_steps, step_range, inputs=4, hidden_dim=hidden_dim, time_dim=time_dim,
+                         logvar_bounds=logvar_bounds, validate_args=validate_args)
+        if contraction is not None:
+            check_in_range(contraction, "contraction", 0.0, 1.0, low_inclusive=False)
+        self.contraction = contraction
+
+    def forward(self, mu: torch.Tensor, logvar: torch.Tensor, target_mu: torch.Tensor,
+                target_logvar: torch.Tensor) -> DiagonalGaussian:
+        """Bridge texts ``(mu, logvar)`` toward targets ``(target_mu, target_logvar)``; the two pairs broadcast
+        (``[Q, 1, D]`` and ``[1, V, D]``: every pair); returns the bridged texts in the broadcast shape."""
+        _check_gaussian(mu, logvar, "input", ndim=None, validate_args=self.validate_args)
+        _check_gaussian(target_mu, target_logvar, "target", ndim=None, validate_args=self.validate_args)
+        check_dim(mu, "mu", self.dim)
+        check_dim(target_mu, "target_mu", self.dim)
+        try:
+            shape = torch.broadcast_shapes(mu.shape, target_mu.shape)
+        except RuntimeError:
+            raise ValueError(f"mu {tuple(mu.shape)} and target_mu {tuple(target_mu.shape)} must broadcast to one "
+                             "shape (e.g. [Q, 1, D] texts and [1, V, D] videos)") from None
+        lo, hi = self.logvar_bounds
+        mu = to_module_dtype(mu, self).expand(shape)
+        logvar = to_module_dtype(logvar, self).clamp(lo, hi).expand(shape)
+        target_mu = to_module_dtype(target_mu, self)
+        target_logvar = to_module_dtype(target_logvar, self).clamp(lo, hi)
+        first, output = cast(nn.Linear, self.drift[0]), self.drift[1:]
+        d2 = 2 * self.dim
+        state_weight, target_weight, time_weight = first.weight.split([d2, d2, first.in_features - 2 * d2], dim=1)
+        target_part = torch.cat([target_mu, target_logvar], dim=-1) @ target_weight.T + first.bias
+        time_parts = self.time_embeddings.to(mu.dtype) @ time_weight.T  # [n_steps, hidden]
+        rate = None if self.contraction is None else self.contraction ** (1.0 / self.n_steps)
+        for step, chi in enumerate(self.step_sizes):
+            hidden = torch.cat([mu, logvar], dim=-1) @ state_weight.T + target_part + time_parts[step]
+            d_mu, d_logvar = output(hidden).chunk(2, dim=-1)
+            new_mu, new_logvar = mu - chi * d_mu, (logvar - chi * d_logvar).clamp(lo, hi)
+            if rate is not None:
+                new_mu, new_logvar = bounded_contraction(new_mu, new_logvar, mu, logvar, target_mu, target_logvar,
+                                                         rate)
+            mu, logvar = new_mu, new_logvar
         return DiagonalGaussian(mu, logvar)
 
 

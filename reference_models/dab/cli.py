@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import torch
 
-from reference_models.dab.config import COSTS, POOLINGS, VARIANTS, T2VConfig
+from reference_models.dab.config import BRIDGE_CONDITIONS, COSTS, POOLINGS, RANKINGS, VARIANTS, T2VConfig
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split, validate_data_root
 from reference_models.dab.diagnostics import benchmark_labels, format_diagnostics, model_diagnostics
 from reference_models.dab.evaluate import evaluate_split, query_cost
@@ -78,6 +78,9 @@ def build_parser() -> OneLineParser:
     train.add_argument("--cost", choices=COSTS, help="Gaussian cost (default: kl)")
     train.add_argument("--pooling", choices=POOLINGS, help="frame pooling (default: mean)")
     train.add_argument("--n-steps", type=int_at_least(1), help="truncated bridge steps T' (default 32)")
+    train.add_argument("--bridge-condition", choices=BRIDGE_CONDITIONS,
+                       help="what DAB's bridge sees: the text alone or the text and its target video (default: text)")
+    train.add_argument("--ranking", choices=RANKINGS, help="Gaussian heads: rank by the cost or the mean distance")
     train.add_argument("--config", type=Path, help="JSON file of config changes, e.g. {\"head\": {\"tau\": 8}}")
 
     evaluate = commands.add_parser("evaluate", help="evaluate a checkpoint on a split")
@@ -191,7 +194,8 @@ def _train(args: argparse.Namespace) -> int:
             raise UserError(f"--config {args.config}: no such file") from None
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError, TypeError) as exc:
             raise UserError(f"--config {args.config}: {exc}") from None
-    flags = {"head": {"variant": args.variant, "cost": args.cost}, "bridge": {"n_steps": args.n_steps},
+    flags = {"head": {"variant": args.variant, "cost": args.cost, "ranking": args.ranking},
+             "bridge": {"n_steps": args.n_steps, "condition": args.bridge_condition},
              "backbone": {"pooling": args.pooling}, "optim": {"epochs": args.epochs}}
     try:  # flags that were given override the --config file
         config = config.replace(**{section: {k: v for k, v in values.items() if v is not None}

@@ -6,6 +6,10 @@ generator and spec); each run trains one variant with the engine's trainer as
 :meth:`~reference_models.dab.task.T2VTask.query_ranks` ranks the 1k-A-style test (``test``) and the
 all-captions test (``test_all``); the caption kinds (``specific``, ``generic``) are the query types.
 
+Ablations (:data:`ABLATIONS`, ``--methods`` of ``python -m reference_models.compare``): one comparison folder
+holds the base and any of these methods, each under its own variant name, so that each is set against the same
+base runs with the same interval; every one is DAB's config with one change.
+
 On the ``msrvtt-regime`` benchmark (``runner(benchmark="msrvtt-regime")``, ``--benchmark msrvtt-regime``) the
 runs train with the ``msrvtt-regime`` config (:data:`~reference_models.dab.config.PRESETS`, the base with the
 same backbone treatment), and a third set, ``generic_multi``, scores the generic captions of the all-captions
@@ -31,20 +35,32 @@ from reference_models.dab.diagnostics import benchmark_labels, model_diagnostics
 from reference_models.dab.evaluate import multi_positive_ranks, score_split
 from reference_models.dab.model import T2VModel
 from reference_models.dab.task import T2VTask
-from reference_models.engine import ComparisonSpec, QueryRanks, Trainer, write_json
+from reference_models.engine import ComparisonSpec, QueryRanks, Trainer, UserError, load_checkpoint, write_json
 from reference_models.engine import compare as grid
 
-__all__ = ["DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "runner"]
+__all__ = ["ABLATIONS", "DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "runner"]
 
 #: The extra evaluation set of the ``msrvtt-regime`` comparison: the all-captions test's generic captions, ranked
 #: by multi-positive recall (any test video of the caption's topic counts).
 MULTI_POSITIVE_SET = "generic_multi"
 #: A run's uncertainty diagnostics (Gaussian heads), next to its ``ranks.json``.
 DIAGNOSTICS_NAME = grid.DIAGNOSTICS_NAME  # the engine's name: the report reads it
+#: The methods a DAB comparison can set against its base: each one's change to DAB's config (``dab``: none).
+#: ``dab-meandist`` trains nothing: it ranks the same run's ``dab`` checkpoint by the mean distance (train
+#: ``dab`` first). ``bridge`` is the bridge on point embeddings projected to ``head.gaussian_dim`` (DAB's width).
+ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "dab": {},
+    "dab-video": {"bridge": {"condition": "video"}},
+    "prob": {"head": {"variant": "prob"}},
+    "bridge": {"head": {"variant": "bridge"}, "bridge": {"point_dim": -1}},  # -1: head.gaussian_dim
+    "dab-w2": {"head": {"cost": "w2"}},
+    "dab-meandist": {"head": {"ranking": "mean_distance"}},
+}
 #: Fields added to the settings after the embedded comparison was first run, with the values that reproduce it:
 #: left out of that comparison's settings, so that its earlier folders stay valid.
 _LATER_DEFAULTS: dict[str, dict[str, Any]] = {
     "backbone": {"encoder": "mlp"}, "optim": {"groups": "heads", "encoders": "train"},
+    "head": {"ranking": "cost"}, "bridge": {"condition": "text", "contraction": 0.8, "point_dim": 0},
     "benchmark": {"feature_space": "separate", "alignment": 0.5, "modality_gap": 0.0}}
 
 
@@ -62,7 +78,7 @@ class DABComparison:
     """
 
     task = "dab"
-    spec: ComparisonSpec = T2VTask.comparison
+    spec: ComparisonSpec = dataclasses.replace(T2VTask.comparison, ablations=tuple(ABLATIONS))
 
     def __init__(self, config: T2VConfig | None = None, spec: T2VBenchmarkSpec | None = None, *,
                  multi_positive: bool = False) -> None:
@@ -70,15 +86,25 @@ class DABComparison:
         self.benchmark = spec if spec is not None else T2VBenchmarkSpec()
         self.multi_positive = multi_positive
         if multi_positive:
-            self.spec = dataclasses.replace(T2VTask.comparison, sets=(*T2VTask.comparison.sets, MULTI_POSITIVE_SET))
+            self.spec = dataclasses.replace(self.spec, sets=(*T2VTask.comparison.sets, MULTI_POSITIVE_SET))
 
     def variant_config(self, variant: str) -> T2VConfig:
-        return self.config if variant == "dab" else self.config.replace(head={"variant": "base"})
+        """The config a variant trains with: the base (cosine head, text-only bridge settings) or an
+        :data:`ABLATIONS` entry applied to DAB's config."""
+        if variant == self.spec.base:
+            return self.config.replace(head={"variant": "base"}, bridge={"condition": "text"})
+        self.spec.against(variant)
+        changes = {name: dict(fields) for name, fields in ABLATIONS[variant].items()}
+        if changes.get("bridge", {}).get("point_dim") == -1:
+            changes["bridge"]["point_dim"] = self.config.head.gaussian_dim
+        return self.config.replace(**changes)
 
     def settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}
-        sections: dict[str, dict[str, Any]] = {"backbone": settings["config"]["backbone"], "optim": settings["config"]["optim"],
-                    "benchmark": settings["benchmark"]}
+        config = settings["config"]
+        sections: dict[str, dict[str, Any]] = {"backbone": config["backbone"], "optim": config["optim"],
+                                               "head": config["head"], "bridge": config["bridge"],
+                                               "benchmark": settings["benchmark"]}
         if all(sections[name][k] == v for name, fields in _LATER_DEFAULTS.items() for k, v in fields.items()):
             for name, fields in _LATER_DEFAULTS.items():  # the embedded design's settings as they were before
                 for key in fields:
@@ -94,19 +120,24 @@ class DABComparison:
                        show_progress: bool) -> dict[str, QueryRanks]:
         config = self.variant_config(variant)
         splits = {s: load_t2v_split(data, s, max_frames=config.backbone.max_frames) for s in SPLITS}
-        trainer = Trainer(T2VTask(config, splits["train"], splits["val"]), out, device=device, seed=seed,
-                          show_progress=show_progress)
-        trainer.fit(resume=resume)
-        model = cast(T2VModel, trainer.load_best())  # the task's model
+        task = T2VTask(config, splits["train"], splits["val"])
+        if variant == "dab-meandist":  # the dab run's checkpoint, ranked by the mean distance
+            model = self._trained_dab(task, out.parent / "dab", device)
+        else:
+            trainer = Trainer(task, out, device=device, seed=seed, show_progress=show_progress)
+            trainer.fit(resume=resume)
+            model = cast(T2VModel, trainer.load_best())  # the task's model
         meta = json.loads((data / "benchmark_meta.json").read_text(encoding="utf-8"))
         kinds = meta["sentences"]
         result = {}
+        scores = {name: score_split(model, splits[name], device).logits for name in T2VTask.comparison.sets}
         for name in T2VTask.comparison.sets:
-            ranks = trainer.task.query_ranks(model, splits[name], device)
+            ranks = task.query_ranks(model, splits[name], device, logits=scores[name])
             ranks.query_types = [kinds.get(i, {}).get("kind", "unknown") for i in ranks.query_ids]
             result[name] = ranks
         if self.multi_positive:
-            result[MULTI_POSITIVE_SET] = generic_multi_positive_ranks(model, splits["test_all"], meta, device)
+            result[MULTI_POSITIVE_SET] = generic_multi_positive_ranks(model, splits["test_all"], meta, device,
+                                                                      logits=scores["test_all"])
         video_events, query_kinds = benchmark_labels(data, splits["test_all"])
         diagnostics = model_diagnostics(model, splits["test_all"], device, video_events=video_events,
                                         query_kinds=query_kinds)
@@ -115,8 +146,20 @@ class DABComparison:
         return result
 
 
+    @staticmethod
+    def _trained_dab(task: T2VTask, folder: Path, device: str) -> T2VModel:
+        best = folder / "best.pt"
+        if not (folder / grid.RANKS_NAME).is_file() or not best.is_file():
+            raise UserError(f"dab-meandist ranks the dab run's checkpoint, and {folder} holds no finished dab run: "
+                            "train dab first (--methods dab,dab-meandist)")
+        model = cast(T2VModel, task.build_model()).to(device)
+        model.load_state_dict(load_checkpoint(best, map_location=device)["model"])
+        return model
+
+
 def generic_multi_positive_ranks(model: T2VModel, split: T2VSplit, meta: dict[str, Any],
-                                 device: str | torch.device = "cpu") -> QueryRanks:
+                                 device: str | torch.device = "cpu", *,
+                                 logits: torch.Tensor | None = None) -> QueryRanks:
     """The ranks of the generic captions of ``split`` when any of its videos of the caption's topic counts
     (:func:`~reference_models.dab.evaluate.multi_positive_ranks`); ``meta`` is the ``benchmark_meta.json``."""
     kinds, videos = meta["sentences"], meta["videos"]
@@ -124,7 +167,7 @@ def generic_multi_positive_ranks(model: T2VModel, split: T2VSplit, meta: dict[st
     topics = torch.tensor([int(videos[vid]["topic"]) for vid in split.video_ids])
     rows = torch.tensor(generic, dtype=torch.long)
     own_topic = topics[split.query_video[rows]]
-    scores = score_split(model, split, device).logits[rows]
+    scores = (logits if logits is not None else score_split(model, split, device).logits)[rows]
     ranks = multi_positive_ranks(scores, own_topic[:, None] == topics[None, :])
     return QueryRanks(ranks.tolist(), [str(split.sen_ids[i]) for i in generic], ["generic"] * len(generic))
 

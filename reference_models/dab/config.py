@@ -12,7 +12,7 @@ from typing import Any
 
 from reference_models.engine import check_choice, fingerprint_differences
 
-__all__ = ["VARIANTS", "COSTS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
+__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
            "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings", "T2VConfig", "preset"]
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
@@ -21,6 +21,12 @@ __all__ = ["VARIANTS", "COSTS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TR
 VARIANTS = ("base", "dab", "prob", "bridge")
 #: The cost of the Gaussian variants, DAB's directional KL or the squared 2-Wasserstein distance.
 COSTS = ("kl", "w2")
+#: How the Gaussian variants rank: by their cost (``cost``, DAB's), or by the squared distance between the
+#: (bridged) text mean and the video mean (``mean_distance``; the training loss is PAC over the cost either way).
+RANKINGS = ("cost", "mean_distance")
+#: What DAB's bridge sees: the text Gaussian alone (``text``: one chain per text, shared by every video), or the
+#: text and its target video Gaussian (``video``: one chain per text-video pair, with the contraction bound).
+BRIDGE_CONDITIONS = ("text", "video")
 #: The frame pooling, CLIP4Clip's mean of the frame tokens or X-Pool's text-conditioned attention.
 POOLINGS = ("mean", "xpool")
 #: The feature encoders (text MLP and frame projection), ``mlp`` trained from scratch (the embedded benchmark's),
@@ -81,6 +87,8 @@ class HeadSettings:
         PAC temperature (DAB: unstated; chosen on the development seed).
     logit_scale : float
         Initial inverse temperature of the cosine variants (learned, capped at 100 as in CLIP).
+    ranking : {"cost", "mean_distance"}
+        See :data:`RANKINGS` (Gaussian variants).
     """
 
     variant: str = "dab"
@@ -88,6 +96,7 @@ class HeadSettings:
     gaussian_dim: int = 64
     tau: float = 4.0
     logit_scale: float = 20.0
+    ranking: str = "cost"
 
     @property
     def gaussian(self) -> bool:
@@ -105,11 +114,24 @@ class BridgeSettings:
         Truncated steps :math:`T'` of a chain of :math:`N` (DAB: 32 of 1000).
     time_dim : int
         Size of the sinusoidal time embedding (DAB: unstated).
+    condition : {"text", "video"}
+        See :data:`BRIDGE_CONDITIONS`; ``video`` needs ``head.variant = "dab"``.
+    contraction : float
+        Contraction rate in ``(0, 1]`` of the whole chain toward its target video (``condition = "video"``;
+        DAB: "at most 0.8"; :class:`~evidential_prvr.probabilistic.ConditionedDistributionBridge`). 1 = unbounded
+        beyond "never farther than it started".
+    point_dim : int
+        Size of the point embedding the ``bridge`` variant bridges: 0 = ``backbone.hidden`` (the bridge at the
+        backbone's width), else a linear projection to this size first (``head.gaussian_dim`` puts the bridge at
+        DAB's width).
     """
 
     n_steps: int = 32
     total_steps: int = 1000
     time_dim: int = 32
+    condition: str = "text"
+    contraction: float = 0.8
+    point_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -158,6 +180,11 @@ class T2VConfig:
     def __post_init__(self) -> None:
         check_choice(self.head.variant, "head.variant", VARIANTS)
         check_choice(self.head.cost, "head.cost", COSTS)
+        check_choice(self.head.ranking, "head.ranking", RANKINGS)
+        check_choice(self.bridge.condition, "bridge.condition", BRIDGE_CONDITIONS)
+        if self.bridge.condition == "video" and self.head.variant != "dab":
+            raise ValueError(f'bridge.condition = "video" needs head.variant = "dab" (the bridge toward a video '
+                             f"Gaussian), got {self.head.variant!r}")
         check_choice(self.backbone.pooling, "backbone.pooling", POOLINGS)
         check_choice(self.backbone.encoder, "backbone.encoder", ENCODERS)
         check_choice(self.optim.groups, "optim.groups", LR_GROUPS)
@@ -173,12 +200,18 @@ class T2VConfig:
                     continue
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ValueError(f"{name} must be a finite number, got {value!r}")
-                minimum = 0 if item.name in ("temporal_layers", "grad_clip", "weight_decay", "warmup_ratio") else 1
-                if item.name in ("lr", "head_lr", "tau", "logit_scale"):
+                minimum = 0 if item.name in ("temporal_layers", "grad_clip", "weight_decay", "warmup_ratio",
+                                             "point_dim") else 1
+                if item.name in ("lr", "head_lr", "tau", "logit_scale", "contraction"):
                     if value <= 0:
                         raise ValueError(f"{name} must be > 0, got {value!r}")
                 elif value < minimum:
                     raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+        if not 0 < self.bridge.contraction <= 1:
+            raise ValueError(f"BridgeSettings.contraction must lie in (0, 1], got {self.bridge.contraction!r}")
+        if self.bridge.point_dim and self.head.variant != "bridge":
+            raise ValueError(f'bridge.point_dim ({self.bridge.point_dim}) is the "bridge" variant\'s projection; '
+                             f"head.variant is {self.head.variant!r} (leave point_dim at 0)")
         if self.bridge.n_steps > self.bridge.total_steps:
             raise ValueError(f"BridgeSettings.n_steps ({self.bridge.n_steps}) must be <= total_steps "
                              f"({self.bridge.total_steps})")

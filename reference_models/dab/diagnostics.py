@@ -38,7 +38,7 @@ from typing import Any, cast
 
 import torch
 
-from evidential_prvr.probabilistic import DiagonalGaussian
+from evidential_prvr.probabilistic import ConditionedDistributionBridge, DiagonalGaussian
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel
 
@@ -148,7 +148,10 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
     """:func:`gaussian_diagnostics` of ``model`` on ``split`` (``None`` for the cosine heads ``base`` and ``bridge``).
 
     With X-Pool pooling a video's Gaussian depends on the text; each query's own video Gaussian (pooled for that
-    query) stands for the video, and the video statistics are averaged over queries instead of videos.
+    query) stands for the video, and the video statistics are averaged over queries instead of videos. With the
+    video-conditioned bridge (``bridge.condition = "video"``) a text is bridged once per video; ``bridged`` is
+    each text bridged toward its own video, and ``variance_share.all_pairs`` is left out (only the own pairs
+    are computed).
     """
     if not model.config.head.gaussian:
         return None
@@ -159,12 +162,17 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
         emb = model.encode_text(split.text[i:i + query_chunk].to(device))
         gaussian = model.gaussian_head(emb)
         texts.append(gaussian)
-        bridged.append(model.bridge(*gaussian) if model.bridge is not None else gaussian)
+        rows = split.query_video[i:i + query_chunk].to(device)
         if gallery.video is None:  # X-Pool: the own video pooled for each query
-            rows = split.query_video[i:i + query_chunk].to(device)
             pooled = model.pool(emb, gallery)[torch.arange(rows.numel(), device=device), rows]
             token_logvar = cast(torch.Tensor, gallery.token_logvar)  # a Gaussian head's gallery has it
             own.append(model._video_gaussian(pooled, token_logvar[rows]))
+        if isinstance(model.bridge, ConditionedDistributionBridge):  # toward the own video
+            target = own[-1] if gallery.video is None else DiagonalGaussian(gallery.video.mu[rows],
+                                                                             gallery.video.logvar[rows])
+            bridged.append(model.bridge(*gaussian, *target))
+        else:
+            bridged.append(model.bridge(*gaussian) if model.bridge is not None else gaussian)
 
     def cat(parts: list[DiagonalGaussian]) -> DiagonalGaussian:
         return DiagonalGaussian(torch.cat([p.mu for p in parts]).float().cpu(),
@@ -181,7 +189,8 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
                                   video_events=video_events, query_kinds=query_kinds)
     if gallery.video is None:
         result["videos"] = split.num_videos
-        result["variance_share"].pop("all_pairs")  # per-pair video Gaussians: only the own pairs are computed
+    if gallery.video is None or isinstance(model.bridge, ConditionedDistributionBridge):
+        result["variance_share"].pop("all_pairs")  # per-pair Gaussians: only the own pairs are computed
     return result
 
 

@@ -13,6 +13,13 @@ stand-in for pretrained CLIP encoders: the untrained model ranks by the features
   :class:`~evidential_prvr.probabilistic.DistributionBridge` on the text Gaussian, and the cost
   :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` (or :math:`W_2^2`); ranking by :math:`-C`;
 * ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head.
+
+With ``bridge.condition = "video"`` DAB's bridge is the library's
+:class:`~evidential_prvr.probabilistic.ConditionedDistributionBridge`: one chain per text-video pair toward the
+video Gaussian (contraction bound ``bridge.contraction``), the cost taken pair by pair and computed in blocks of
+at most :data:`PAIR_BLOCK` pairs, so that scoring a 1,000-video gallery holds a bounded amount of memory. With
+``head.ranking = "mean_distance"`` the Gaussian variants rank by minus the squared distance between the (bridged)
+text mean and the video mean, their cost still returned (training loss, KL-margin confidence).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from torch.distributions import Normal, kl_divergence
 
 from evidential_prvr.functional import combine_video_log_variances, pairwise_gaussian_kl, pairwise_wasserstein2
 from evidential_prvr.probabilistic import (
+    ConditionedDistributionBridge,
     DiagonalGaussian,
     DistributionBridge,
     GaussianEmbeddingHead,
@@ -34,7 +42,11 @@ from evidential_prvr.probabilistic import (
 )
 from reference_models.dab.config import T2VConfig
 
-__all__ = ["T2VModel", "T2VOutput", "Gallery", "XPoolAttention"]
+__all__ = ["T2VModel", "T2VOutput", "Gallery", "XPoolAttention", "PAIR_BLOCK"]
+
+#: Text-video pairs bridged at once by the video-conditioned bridge (``[Q, block, D]`` states; evaluation only:
+#: a training batch of 32 x 32 is one block).
+PAIR_BLOCK = 16384
 
 
 @dataclass
@@ -167,10 +179,16 @@ class T2VModel(nn.Module):
             self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim)
         else:
             self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
-        self.bridge = None
-        if h.variant in ("dab", "bridge"):
-            dim = h.gaussian_dim if h.variant == "dab" else b.hidden
-            s = config.bridge
+        self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None
+        self.point_proj = None
+        s = config.bridge
+        if h.variant == "bridge" and s.point_dim:  # the bridge-only variant at a chosen width
+            self.point_proj = nn.Linear(b.hidden, s.point_dim)
+        if h.variant == "dab" and s.condition == "video":
+            self.bridge = ConditionedDistributionBridge(h.gaussian_dim, s.n_steps, s.total_steps,
+                                                        contraction=s.contraction, time_dim=s.time_dim)
+        elif h.variant in ("dab", "bridge"):
+            dim = h.gaussian_dim if h.variant == "dab" else (s.point_dim or b.hidden)
             self.bridge = DistributionBridge(dim, s.n_steps, s.total_steps, time_dim=s.time_dim)
 
     # --- backbone -------------------------------------------------------------------------------------
@@ -210,26 +228,61 @@ class T2VModel(nn.Module):
         video = self.gaussian_head(pooled)
         return DiagonalGaussian(video.mu, combine_video_log_variances(video.logvar, token_logvar.expand_as(video.logvar)))
 
-    def _gaussian_cost(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
+    def _gaussian_cost(self, text: torch.Tensor, gallery: Gallery) -> T2VOutput:
         text_gaussian = self.gaussian_head(text)
+        by_mean = self.config.head.ranking == "mean_distance"
+        if isinstance(self.bridge, ConditionedDistributionBridge):
+            return self._pair_bridged_cost(text, text_gaussian, gallery)
         if self.bridge is not None:
             text_gaussian = self.bridge(*text_gaussian)
         video = gallery.video
         if video is not None:  # one Gaussian per video: the library's pairwise costs, video first
             pairwise = pairwise_gaussian_kl if self.config.head.cost == "kl" else pairwise_wasserstein2
-            return pairwise(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T
+            cost = pairwise(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T
+            return T2VOutput(-torch.cdist(text_gaussian.mu, video.mu).square() if by_mean else -cost, cost)
         # X-Pool: one video Gaussian per (text, video) pair, [Q, V, D]
         video = self._video_gaussian(self.pool(text, gallery), cast(torch.Tensor, gallery.token_logvar))  # Gaussian heads
         t_mu, t_logvar = text_gaussian.mu[:, None, :], text_gaussian.logvar[:, None, :]
+        cost = self._pair_cost(video.mu, video.logvar, t_mu, t_logvar)
+        return T2VOutput(-(video.mu - t_mu).square().sum(-1) if by_mean else -cost, cost)
+
+    def _pair_cost(self, v_mu: torch.Tensor, v_logvar: torch.Tensor, t_mu: torch.Tensor,
+                   t_logvar: torch.Tensor) -> torch.Tensor:
+        """The cost of each (text, video) pair of broadcasting ``[..., D]`` Gaussians, summed over ``D``."""
         if self.config.head.cost == "kl":
-            return kl_divergence(Normal(video.mu, (0.5 * video.logvar).exp()),
-                                 Normal(t_mu, (0.5 * t_logvar).exp())).sum(-1)
-        return (video.mu - t_mu).square().sum(-1) + ((0.5 * video.logvar).exp() - (0.5 * t_logvar).exp()).square().sum(-1)
+            return kl_divergence(Normal(v_mu, (0.5 * v_logvar).exp()), Normal(t_mu, (0.5 * t_logvar).exp())).sum(-1)
+        return (v_mu - t_mu).square().sum(-1) + ((0.5 * v_logvar).exp() - (0.5 * t_logvar).exp()).square().sum(-1)
+
+    def _pair_bridged_cost(self, text_emb: torch.Tensor, text: DiagonalGaussian, gallery: Gallery) -> T2VOutput:
+        """Video-conditioned bridge: every text bridged toward every video, in blocks of videos."""
+        bridge = cast(ConditionedDistributionBridge, self.bridge)
+        t_mu, t_logvar = text.mu[:, None, :], text.logvar[:, None, :]
+        video = gallery.video
+        if video is not None:
+            v_mu, v_logvar = video.mu[None], video.logvar[None]  # [1, V, D]
+        else:  # X-Pool: one video Gaussian per pair, [Q, V, D]
+            video = self._video_gaussian(self.pool(text_emb, gallery), cast(torch.Tensor, gallery.token_logvar))
+            v_mu, v_logvar = video.mu, video.logvar
+        block = max(1, PAIR_BLOCK // max(1, t_mu.shape[0]))
+        costs, logits = [], []
+        for start in range(0, v_mu.shape[1], block):
+            vm, vl = v_mu[:, start : start + block], v_logvar[:, start : start + block]
+            bridged = bridge(t_mu, t_logvar, vm, vl)
+            cost = self._pair_cost(vm, vl, bridged.mu, bridged.logvar)
+            costs.append(cost)
+            logits.append(-(vm - bridged.mu).square().sum(-1) if self.config.head.ranking == "mean_distance" else -cost)
+        return T2VOutput(torch.cat(logits, dim=1), torch.cat(costs, dim=1))
 
     def _cosine_logits(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
-        if self.bridge is not None:  # deterministic bridge on the point embedding; the log-variance is inert
-            text = self.bridge(text, torch.zeros_like(text)).mu
-        pooled = F.normalize(self.pool(text, gallery), dim=-1)
+        bridge = cast("DistributionBridge | None", self.bridge)  # the cosine variants' bridge is text-only
+        if self.point_proj is not None:  # the bridge-only variant at its own width: project, then bridge
+            pooled = self.point_proj(self.pool(text, gallery))
+            text = self.point_proj(text)
+        if bridge is not None:  # deterministic bridge on the point embedding; the log-variance is inert
+            text = bridge(text, torch.zeros_like(text)).mu
+        if self.point_proj is None:
+            pooled = self.pool(text, gallery)
+        pooled = F.normalize(pooled, dim=-1)
         text = F.normalize(text, dim=-1)
         cosine = text @ pooled.T if pooled.dim() == 2 else (pooled * text[:, None, :]).sum(-1)
         return self.log_scale.clamp(max=4.6052).exp() * cosine
@@ -241,6 +294,5 @@ class T2VModel(nn.Module):
     def score(self, text_emb: torch.Tensor, gallery: Gallery) -> T2VOutput:
         """Scores of text embeddings ``[Q, hidden]`` (:meth:`encode_text`) against a :class:`Gallery`."""
         if self.config.head.gaussian:
-            cost = self._gaussian_cost(text_emb, gallery)
-            return T2VOutput(-cost, cost)
+            return self._gaussian_cost(text_emb, gallery)
         return T2VOutput(self._cosine_logits(text_emb, gallery), None)

@@ -135,10 +135,14 @@ class T2VTask(TrainingTask):
                                 metrics=("R@1", "R@5", "R@10", "MdR", "MnR"), ks=(1, 5, 10),
                                 sets=("test", "test_all"), primary="test")
 
-    def query_ranks(self, model: nn.Module, split: T2VSplit, device: torch.device | str) -> QueryRanks:
+    def query_ranks(self, model: nn.Module, split: T2VSplit, device: torch.device | str, *,
+                    logits: torch.Tensor | None = None) -> QueryRanks:
         """The rank of every caption's video on ``split``, as :func:`~reference_models.dab.evaluate.retrieval_metrics`
-        ranks it (ties count against the model); the query ids are the captions' ``sen_id``."""
+        ranks it (ties count against the model); the query ids are the captions' ``sen_id``. ``logits``: the
+        ``[Q, V]`` scores of :func:`~reference_models.dab.evaluate.score_split` when already computed."""
         from evidential_prvr.metrics import ranks_of_ground_truth
 
-        ranks = ranks_of_ground_truth(score_split(cast(T2VModel, model), split, device).logits, split.query_video)
+        if logits is None:
+            logits = score_split(cast(T2VModel, model), split, device).logits
+        ranks = ranks_of_ground_truth(logits, split.query_video)
         return QueryRanks(ranks.tolist(), [str(i) for i in split.sen_ids])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -87,6 +87,9 @@ class ComparisonSpec:
         The evaluation sets each run ranks (``("test",)``; DAB: ``("test", "test_all")``).
     primary : str
         The set the verdict is read on.
+    ablations : tuple of str
+        Further methods (ablations) that one comparison folder may also set against the same base, each under
+        its own variant name (:func:`run_grid`'s ``methods``, :meth:`against`); empty for a plain comparison.
     """
 
     method: str
@@ -96,6 +99,7 @@ class ComparisonSpec:
     ks: tuple[int, ...] = (1, 5, 10, 100)
     sets: tuple[str, ...] = ("test",)
     primary: str = "test"
+    ablations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.method == self.base:
@@ -104,13 +108,31 @@ class ComparisonSpec:
             raise ValueError(f"ComparisonSpec: headline {self.headline} must be among metrics {self.metrics}")
         if self.primary not in self.sets:
             raise ValueError(f"ComparisonSpec: primary {self.primary!r} must be one of sets {self.sets}")
+        if self.base in self.ablations or len(set(self.ablations)) != len(self.ablations):
+            raise ValueError(f"ComparisonSpec: ablations {self.ablations} must be distinct and not the base")
 
     @property
     def variants(self) -> tuple[str, str]:
         return self.method, self.base
 
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """Every method this comparison can set against the base: ``method``, then the ``ablations``."""
+        return (self.method, *(a for a in self.ablations if a != self.method))
+
+    def against(self, method: str) -> ComparisonSpec:
+        """The same comparison with ``method`` (one of :attr:`methods`) as the method."""
+        if method not in self.methods:
+            raise UserError(f"method {method!r}: this comparison sets one of {', '.join(self.methods)} against "
+                            f"{self.base}")
+        return replace(self, method=method)
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """The fields as JSON (``ablations`` only when there are some, so plain comparisons keep their form)."""
+        data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if not self.ablations:
+            del data["ablations"]
+        return data
 
 
 @dataclass
@@ -210,7 +232,10 @@ def _read_json(path: Path) -> Any:
 
 
 def _plan(runner: ComparisonRunner) -> dict[str, Any]:
-    return {"task": runner.task, "spec": runner.spec.to_dict(), "settings": runner.settings()}
+    spec = runner.spec.to_dict()
+    if runner.spec.ablations:  # one folder holds every method's runs: the plan names the default one
+        spec["method"] = runner.spec.methods[0]
+    return {"task": runner.task, "spec": spec, "settings": runner.settings()}
 
 
 def check_plan(out: Path, runner: ComparisonRunner) -> None:
@@ -236,14 +261,20 @@ def read_plan(out: Path) -> dict[str, Any]:
 
 
 def run_grid(runner: ComparisonRunner, out: str | Path, *, seeds: Sequence[int], data_seeds: Sequence[int],
-             device: str = "cpu", show_progress: bool = False,
+             device: str = "cpu", show_progress: bool = False, methods: Sequence[str] | None = None,
              log: Callable[[str], None] = print) -> list[RunRecord]:
-    """Train every run of ``seeds`` x ``data_seeds`` x (method, base) that is not finished; returns all of them.
+    """Train every run of ``seeds`` x ``data_seeds`` x (methods, base) that is not finished; returns all of them.
+
+    ``methods``: which of the spec's :attr:`~ComparisonSpec.methods` to train besides the base, in this order
+    (default: the spec's method).
 
     A run is finished when its folder holds ``ranks.json``; a run with a ``last.pt`` but no ``ranks.json``
     (interrupted) is resumed. Each benchmark instance is written once into ``<out>/data/data<D>``. A lock per
     run and per instance keeps two calls on the same ``out`` (e.g. one per seed, in parallel) apart.
     """
+    chosen = tuple(methods) if methods is not None else (runner.spec.method,)
+    for method in chosen:
+        runner.spec.against(method)  # a UserError naming the choices for an unknown one
     out = prepare_output_folder(out, "--out")
     check_plan(out, runner)
     records = []
@@ -251,7 +282,7 @@ def run_grid(runner: ComparisonRunner, out: str | Path, *, seeds: Sequence[int],
         data = data_folder(out, data_seed)
         _prepare(runner, data, data_seed, log)
         for seed in seeds:
-            for variant in runner.spec.variants:
+            for variant in (*chosen, runner.spec.base):
                 records.append(_one_run(runner, out, data, data_seed, seed, variant, device, show_progress, log))
     return records
 
