@@ -45,7 +45,7 @@ __all__ = ["ABLATIONS", "DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET
 MULTI_POSITIVE_SET = "generic_multi"
 #: A run's uncertainty diagnostics (Gaussian heads), next to its ``ranks.json``.
 DIAGNOSTICS_NAME = grid.DIAGNOSTICS_NAME  # the engine's name: the report reads it
-#: The methods a DAB comparison can set against its base: each one's change to DAB's config (``dab``: none).
+#: The methods a DAB comparison can set against its base, each one's change to DAB's config (``dab``, none).
 #: ``dab-meandist`` trains nothing: it ranks the same run's ``dab`` checkpoint by the mean distance (train
 #: ``dab`` first). ``bridge`` is the bridge on point embeddings projected to ``head.gaussian_dim`` (DAB's width).
 ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {

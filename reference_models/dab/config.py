@@ -21,11 +21,11 @@ __all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "POOLINGS", "EN
 VARIANTS = ("base", "dab", "prob", "bridge")
 #: The cost of the Gaussian variants, DAB's directional KL or the squared 2-Wasserstein distance.
 COSTS = ("kl", "w2")
-#: How the Gaussian variants rank: by their cost (``cost``, DAB's), or by the squared distance between the
+#: How the Gaussian variants rank, by their cost (``cost``, DAB's) or by the squared distance between the
 #: (bridged) text mean and the video mean (``mean_distance``; the training loss is PAC over the cost either way).
 RANKINGS = ("cost", "mean_distance")
-#: What DAB's bridge sees: the text Gaussian alone (``text``: one chain per text, shared by every video), or the
-#: text and its target video Gaussian (``video``: one chain per text-video pair, with the contraction bound).
+#: What DAB's bridge sees, the text Gaussian alone (``text``, one chain per text, shared by every video) or the
+#: text and its target video Gaussian (``video``, one chain per text-video pair, with the contraction bound).
 BRIDGE_CONDITIONS = ("text", "video")
 #: The frame pooling, CLIP4Clip's mean of the frame tokens or X-Pool's text-conditioned attention.
 POOLINGS = ("mean", "xpool")

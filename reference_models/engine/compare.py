@@ -117,7 +117,7 @@ class ComparisonSpec:
 
     @property
     def methods(self) -> tuple[str, ...]:
-        """Every method this comparison can set against the base: ``method``, then the ``ablations``."""
+        """Every method this comparison can set against the base (``method``, then the ``ablations``)."""
         return (self.method, *(a for a in self.ablations if a != self.method))
 
     def against(self, method: str) -> ComparisonSpec:
