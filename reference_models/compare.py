@@ -128,11 +128,13 @@ def _compare(collected: dict[str, Any], spec: grid.ComparisonSpec, n_boot: int, 
 
 
 def plan_spec(plan: dict[str, Any]) -> grid.ComparisonSpec:
-    """The :class:`~reference_models.engine.ComparisonSpec` a ``comparison.json`` was written with."""
+    """The :class:`~reference_models.engine.ComparisonSpec` a ``comparison.json`` was written with, with the
+    ablations its task offers today (they are not part of the plan)."""
     saved = plan["spec"]
+    ablations = runner_for(str(plan["task"])).spec.ablations
     return grid.ComparisonSpec(str(saved["method"]), str(saved["base"]), tuple(saved["headline"]),
                                tuple(saved["metrics"]), tuple(saved["ks"]), tuple(saved["sets"]), str(saved["primary"]),
-                               tuple(saved.get("ablations", ())))
+                               ablations)
 
 
 def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot: int = 2000,

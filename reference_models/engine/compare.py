@@ -128,11 +128,7 @@ class ComparisonSpec:
         return replace(self, method=method)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as JSON (``ablations`` only when there are some, so plain comparisons keep their form)."""
-        data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        if not self.ablations:
-            del data["ablations"]
-        return data
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
 @dataclass
@@ -233,8 +229,9 @@ def _read_json(path: Path) -> Any:
 
 def _plan(runner: ComparisonRunner) -> dict[str, Any]:
     spec = runner.spec.to_dict()
-    if runner.spec.ablations:  # one folder holds every method's runs: the plan names the default one
-        spec["method"] = runner.spec.methods[0]
+    # which ablations a task offers is not a setting of the folder: one added later can use the folder's base runs,
+    # and folders written before there were ablations stay valid
+    del spec["ablations"]
     return {"task": runner.task, "spec": spec, "settings": runner.settings()}
 
 
