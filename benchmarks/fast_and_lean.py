@@ -88,13 +88,14 @@ def reference_worker(args: argparse.Namespace) -> dict:
     import torch
     from release_fidelity import load_splits, run_config
 
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.engine import Trainer
+    from reference_models.holmes.task import HolmesTask
 
     torch.set_num_threads(args.threads)
     cfg = run_config(args)
     splits = load_splits(args.root, cfg)
     with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(cfg, splits["train"], splits["val"], out, seed=args.seed, show_progress=False,
+        trainer = Trainer(HolmesTask(cfg, splits["train"], splits["val"]), out, seed=args.seed, show_progress=False,
                           host_memory=args.policy)
         trainer.loader = _FirstSteps(trainer.loader, args.steps)
         before = _usage()

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evidential_prvr import GalleryUncertainty  # noqa: E402
 from evidential_prvr.metrics import recall_at_k  # noqa: E402
-from reference_models.holmes.checkpoint import load_checkpoint  # noqa: E402
+from reference_models.engine.checkpoint import load_checkpoint  # noqa: E402
 from reference_models.holmes.config import HolmesConfig  # noqa: E402
 from reference_models.holmes.data import load_split, make_video_loader, read_planted_types  # noqa: E402
 from reference_models.holmes.factory import build_model  # noqa: E402

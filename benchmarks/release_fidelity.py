@@ -140,15 +140,16 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def train_curve(args: argparse.Namespace) -> dict:
     """Train and evaluate one config; the returned dict is what ``curve.json`` holds."""
+    from reference_models.engine import Trainer
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.task import HolmesTask
 
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = run_config(args)
     splits = load_splits(args.root, cfg)
     out = Path(args.output_dir)
-    trainer = Trainer(cfg, splits["train"], splits["val"], out, device=args.device, seed=args.seed, amp=args.amp,
+    trainer = Trainer(HolmesTask(cfg, splits["train"], splits["val"]), out, device=args.device, seed=args.seed, amp=args.amp,
                       show_progress=False, verbose=True)
     steps = _record_steps(trainer) if args.log_steps else None
     start = time.perf_counter()

@@ -125,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--activation-checkpointing", action="store_true")
     parser.add_argument("--output", type=Path, help="also write the profile here (JSON)")
     args = parser.parse_args(argv)
+    from reference_models.engine import Trainer
     from reference_models.engine.optimization import clip_gradients
     from reference_models.holmes.evaluate import evaluate_retrieval
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.task import HolmesTask
 
     host_memory = "off" if args.glibc_default else args.host_memory
     torch.set_num_threads(args.threads)
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     meter = StageMeter()
     splits = meter("load splits", lambda: load_splits(args.root, cfg))
     with tempfile.TemporaryDirectory() as out:
-        trainer = meter("build model and optimiser", lambda: Trainer(cfg, splits["train"], splits["val"], out,
+        trainer = meter("build model and optimiser", lambda: Trainer(HolmesTask(cfg, splits["train"], splits["val"]), out,
                                                                       seed=args.seed, show_progress=False,
                                                                       host_memory=host_memory))
         model, objective, task, schedule = trainer.model, trainer.objective, trainer.task, trainer.schedule

@@ -44,7 +44,7 @@ from evidential_prvr.uncertainty import (
     SelectiveConfidence,
 )
 
-__version__ = "1.0.0"
+__version__ = "2.0.0"
 
 __all__ = [
     # validation switch

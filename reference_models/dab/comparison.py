@@ -56,14 +56,6 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-w2": {"head": {"cost": "w2"}},
     "dab-meandist": {"head": {"ranking": "mean_distance"}},
 }
-#: Fields added to the settings after the embedded comparison was first run, with the values that reproduce it:
-#: left out of that comparison's settings, so that its earlier folders stay valid.
-_LATER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "backbone": {"encoder": "mlp"}, "optim": {"groups": "heads", "encoders": "train"},
-    "head": {"ranking": "cost"}, "bridge": {"condition": "text", "contraction": 0.8, "point_dim": 0},
-    "benchmark": {"feature_space": "separate", "alignment": 0.5, "modality_gap": 0.0}}
-
-
 class DABComparison:
     """The :class:`~reference_models.engine.compare.ComparisonRunner` of DAB vs its base.
 
@@ -101,14 +93,6 @@ class DABComparison:
 
     def settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}
-        config = settings["config"]
-        sections: dict[str, dict[str, Any]] = {"backbone": config["backbone"], "optim": config["optim"],
-                                               "head": config["head"], "bridge": config["bridge"],
-                                               "benchmark": settings["benchmark"]}
-        if all(sections[name][k] == v for name, fields in _LATER_DEFAULTS.items() for k, v in fields.items()):
-            for name, fields in _LATER_DEFAULTS.items():  # the embedded design's settings as they were before
-                for key in fields:
-                    del sections[name][key]
         if self.multi_positive:
             settings["multi_positive"] = MULTI_POSITIVE_SET
         return settings

@@ -3,7 +3,7 @@
 A reference model is one :class:`TrainingTask` (its data, model, objective, optimiser and metrics); the
 :class:`Trainer` runs it with the same loop, run folder, checkpoints, exact resume, divergence guard, log,
 TensorBoard scalars and progress bars for all; :mod:`reference_models.engine.cli` gives every command line
-the same one-line errors (exit status 2), flags, strict ``results.json`` and tables. Tasks import from here only.
+the same one-line errors (exit status 2), flags and strict ``results.json``. Tasks import from here only.
 """
 
 from reference_models.engine.checkpoint import (
@@ -29,7 +29,6 @@ from reference_models.engine.cli import (
     claim_output_folder,
     device_arg,
     finite_or_none,
-    format_table,
     int_at_least,
     positive_number,
     print_line,
@@ -48,7 +47,14 @@ from reference_models.engine.distributed import (
     process_group_from_environment,
     shard_bounds,
 )
-from reference_models.engine.errors import DataValidationError, UserError, check_choice
+from reference_models.engine.errors import (
+    DataValidationError,
+    NonFiniteOutputError,
+    ResumeMismatchError,
+    TrainingDivergedError,
+    UserError,
+    check_choice,
+)
 from reference_models.engine.fingerprint import fingerprint_differences
 from reference_models.engine.optimization import (
     GRAD_CLIP_MODES,
@@ -58,7 +64,7 @@ from reference_models.engine.optimization import (
     clip_gradients,
     warmup_linear_decay,
 )
-from reference_models.engine.reporting import progress, run_logger, tensorboard_writer
+from reference_models.engine.reporting import format_table, progress, run_logger, tensorboard_writer
 from reference_models.engine.run_folder import (
     LOCK_NAME,
     OutputFolderError,
@@ -69,10 +75,7 @@ from reference_models.engine.run_folder import (
 )
 from reference_models.engine.task import StepTerms, TrainingSchedule, TrainingTask
 from reference_models.engine.trainer import (
-    NonFiniteOutputError,
-    ResumeMismatchError,
     Trainer,
-    TrainingDivergedError,
     TrainResult,
     all_finite,
     autocast_context,

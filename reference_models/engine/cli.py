@@ -1,5 +1,5 @@
 """Command-line helpers shared by every reference model: one-line errors (exit status 2), argument types that
-name what they expect, the run flags, the output folder's claim, strict JSON and plain-text tables.
+name what they expect, the run flags, the output folder's claim and strict JSON.
 
 A reference model's ``main`` parses its arguments with an :class:`OneLineParser` and hands the chosen
 subcommand to :func:`run_main`, which turns every :class:`~reference_models.engine.errors.UserError` (and an
@@ -14,7 +14,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ import numpy as np
 import torch
 
 from reference_models.engine.checkpoint import atomic_write
-from reference_models.engine.errors import UserError
+from reference_models.engine.distributed import DEFAULT_TIMEOUT_S
+from reference_models.engine.errors import TrainingDivergedError, UserError
+from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES
 from reference_models.engine.run_folder import OutputFolderError, existing_run_files
 
 __all__ = [
@@ -44,7 +46,6 @@ __all__ = [
     "write_text",
     "write_json",
     "finite_or_none",
-    "format_table",
 ]
 
 #: Exit status of a problem the user can fix (one line on standard error, no traceback).
@@ -127,8 +128,6 @@ def add_output_arguments(parser: argparse.ArgumentParser, default: Path) -> None
 def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
     """``--dist-timeout``: how long a process of a ``torchrun`` run waits for the others
     (:mod:`reference_models.engine.distributed`)."""
-    from reference_models.engine.distributed import DEFAULT_TIMEOUT_S
-
     parser.add_argument("--dist-timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="under torchrun: seconds a process waits for the others (start, validation on rank 0, "
                              f"every collective) before the run stops (default: {DEFAULT_TIMEOUT_S:g})")
@@ -137,8 +136,6 @@ def add_distributed_arguments(parser: argparse.ArgumentParser) -> None:
 def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
     """``--host-memory POLICY``: the C library's allocator policy of the training process
     (:mod:`reference_models.engine.host_memory`; the ``host_memory`` argument of the engine's ``Trainer``)."""
-    from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES
-
     parser.add_argument("--host-memory", choices=HOST_MEMORY_POLICIES, default=DEFAULT_HOST_MEMORY, metavar="POLICY",
                         help=f"allocator policy on glibc: {', '.join(HOST_MEMORY_POLICIES)} (default: "
                              f"{DEFAULT_HOST_MEMORY}: tensors of 1 MiB or more reuse a pool of memory maps, the peak of "
@@ -209,8 +206,6 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
 
 def user_message(exc: UserError) -> str:
     """The one-line message of a user error, phrased for the command line."""
-    from reference_models.engine.trainer import TrainingDivergedError
-
     if isinstance(exc, TrainingDivergedError):
         return f"loss became non-finite at epoch {exc.epoch} step {exc.step}; lower --lr (it is {exc.lr:g})"
     return str(exc)
@@ -251,20 +246,3 @@ def write_json(path: str | Path, data: dict[str, Any], flag: str | None = None) 
     """Strict JSON (NaN/inf as ``null``, sorted keys, indented), written atomically."""
     text = json.dumps(finite_or_none(data), indent=2, sort_keys=True, allow_nan=False) + "\n"
     write_text(path, text, flag)
-
-
-def format_table(rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table: ``rows[0]`` is the header, then a rule; the first column left-aligned, the others right.
-
-    >>> print(format_table([["model", "SumR"], ["holmes", "297.6"]]))
-    model    SumR
-    ------  -----
-    holmes  297.6
-    """
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-
-    def line(row: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-
-    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])

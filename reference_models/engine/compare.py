@@ -30,16 +30,18 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 import numpy as np
 
 from reference_models.engine.checkpoint import atomic_write
 from reference_models.engine.errors import UserError
+from reference_models.engine.reporting import format_table
 from reference_models.engine.run_folder import RunLock, prepare_output_folder
 
 __all__ = [
     "DIAGNOSTICS_NAME",
+    "FOLDER_FORMAT",
     "PLAN_NAME",
     "RANKS_NAME",
     "ComparisonRunner",
@@ -60,6 +62,9 @@ __all__ = [
 
 #: The comparison's settings, written by the first call into ``--out`` and checked by every later one.
 PLAN_NAME = "comparison.json"
+#: The layout of a comparison folder, stored as ``"format"`` in its ``comparison.json``; the folders of
+#: release 1.x have none and are refused (their settings and runs are read differently).
+FOLDER_FORMAT = 2
 #: A finished run's per-query ranks, written last and atomically (its presence marks the run as done).
 RANKS_NAME = "ranks.json"
 #: A run's optional diagnostics (a JSON object whose numbers the report averages per model), written by the
@@ -229,10 +234,18 @@ def _read_json(path: Path) -> Any:
 
 def _plan(runner: ComparisonRunner) -> dict[str, Any]:
     spec = runner.spec.to_dict()
-    # which ablations a task offers is not a setting of the folder: one added later can use the folder's base runs,
-    # and folders written before there were ablations stay valid
+    # which ablations a task offers is not a setting of the folder: one added later can use the folder's base runs
     del spec["ablations"]
-    return {"task": runner.task, "spec": spec, "settings": runner.settings()}
+    return {"format": FOLDER_FORMAT, "task": runner.task, "spec": spec, "settings": runner.settings()}
+
+
+def _check_format(path: Path, saved: Any) -> None:
+    """Refuse a ``comparison.json`` of another folder layout (release 1.x wrote none) in one line."""
+    found = saved.get("format") if isinstance(saved, dict) else None
+    if found != FOLDER_FORMAT:
+        writer = "release 1.x" if found is None else f"comparison folder format {found!r}"
+        raise UserError(f"{path} was written by {writer}; this version reads comparison folder format "
+                        f"{FOLDER_FORMAT} only: run the comparison again into another --out")
 
 
 def check_plan(out: Path, runner: ComparisonRunner) -> None:
@@ -241,6 +254,7 @@ def check_plan(out: Path, runner: ComparisonRunner) -> None:
     plan = json.loads(json.dumps(_plan(runner)))
     if path.exists():
         saved = _read_json(path)
+        _check_format(path, saved)
         if saved != plan:
             differ = sorted(k for k in set(saved) | set(plan) if saved.get(k) != plan.get(k))
             raise UserError(f"--out {out} holds a comparison with other settings ({', '.join(differ)} differ: "
@@ -254,7 +268,9 @@ def read_plan(out: Path) -> dict[str, Any]:
     path = Path(out) / PLAN_NAME
     if not path.is_file():
         raise UserError(f"--out {out}: no {PLAN_NAME} (not a comparison folder; run the comparison first)")
-    return _read_json(path)
+    plan = _read_json(path)
+    _check_format(path, plan)
+    return cast(dict[str, Any], plan)
 
 
 def run_grid(runner: ComparisonRunner, out: str | Path, *, seeds: Sequence[int], data_seeds: Sequence[int],
@@ -449,8 +465,6 @@ def format_report(results: dict[str, Any]) -> str:
                          f"{_fmt(c['method']['mean'])} ± {_fmt(c['method']['sd'])}",
                          f"{_fmt(c['base']['mean'])} ± {_fmt(c['base']['sd'])}", _fmt(c["difference"]),
                          f"[{_fmt(c['low'])}, {_fmt(c['high'])}]", mark])
-        from reference_models.engine.cli import format_table
-
         runs = block["runs"]
         lines.append(f"{set_name}: {runs[method]} {method} runs and {runs[base]} {base} runs on data seeds "
                      f"{block['data_seeds']} ({', '.join(f'{q} queries' for q in block['queries'].values())})")
@@ -464,8 +478,6 @@ def format_report(results: dict[str, Any]) -> str:
             lines.append(format_table(type_rows))
         lines.append("")
     for variant, block in (results.get("diagnostics") or {}).items():
-        from reference_models.engine.cli import format_table
-
         lines.append(f"diagnostics of {variant} (diagnostics.json, mean ± sd over {block['runs']} runs):")
         rows = [["quantity", "mean ± sd"]]
         rows += [[key, f"{_fmt(value, 4)} ± {_fmt(block['sd'][key], 4)}"] for key, value in block["mean"].items()]

@@ -8,7 +8,14 @@ traceback. Anything else that escapes is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["UserError", "DataValidationError", "check_choice"]
+__all__ = [
+    "UserError",
+    "DataValidationError",
+    "ResumeMismatchError",
+    "TrainingDivergedError",
+    "NonFiniteOutputError",
+    "check_choice",
+]
 
 
 class UserError(Exception):
@@ -27,6 +34,34 @@ class DataValidationError(UserError, ValueError):
     def __reduce__(self):
         # Rebuilt from (path, problem), so the error survives pickling (e.g. out of a worker process).
         return (type(self), (self.path, self.problem))
+
+
+class ResumeMismatchError(UserError, ValueError):
+    """``last.pt`` was written with another config, seed or data set than the run that tries to resume it."""
+
+
+class TrainingDivergedError(UserError, ArithmeticError):
+    """The loss (or the gradient norm) stopped being finite.
+
+    Attributes
+    ----------
+    epoch, step : int
+        Where, counted from 1.
+    lr : float
+        The configured learning rate.
+    """
+
+    def __init__(self, epoch: int, step: int, lr: float) -> None:
+        self.epoch, self.step, self.lr = epoch, step, lr
+        super().__init__(
+            f"loss became non-finite at epoch {epoch} step {step}; lower the learning rate (optim.lr = {lr:g})"
+        )
+
+
+class NonFiniteOutputError(ArithmeticError):
+    """Raised by a :meth:`TrainingTask.training_step` whose objective refused the model's non-finite outputs;
+    the trainer reports it as :class:`TrainingDivergedError` at that step."""
+
 
 
 def check_choice(value: object, name: str, choices: tuple[object, ...]) -> None:

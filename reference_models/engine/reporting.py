@@ -1,13 +1,13 @@
-"""What a training run reports while it runs: the ``train.log`` file, TensorBoard scalars and progress bars."""
+"""What a run reports: the ``train.log`` file, TensorBoard scalars, progress bars and plain-text tables."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_logger", "tensorboard_writer", "progress"]
+__all__ = ["run_logger", "tensorboard_writer", "progress", "format_table"]
 
 
 def run_logger(path: Path, name: str, console: bool) -> logging.Logger:
@@ -55,3 +55,20 @@ def progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any]
     except ImportError:  # tqdm is in the "reference" extra; training works without it
         return iterable
     return tqdm(iterable, desc=desc, leave=False, dynamic_ncols=True, disable=None)
+
+
+def format_table(rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table: ``rows[0]`` is the header, then a rule; the first column left-aligned, the others right.
+
+    >>> print(format_table([["model", "SumR"], ["holmes", "297.6"]]))
+    model    SumR
+    ------  -----
+    holmes  297.6
+    """
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *map(line, cells[1:])])

@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -40,7 +39,6 @@ import torch
 from torch import nn
 
 from reference_models.engine.checkpoint import (
-    CheckpointError,
     capture_rng_state,
     load_checkpoint,
     require_keys,
@@ -49,55 +47,23 @@ from reference_models.engine.checkpoint import (
     seed_everything,
 )
 from reference_models.engine.distributed import DistributedRun, quiet_logger
-from reference_models.engine.errors import UserError
+from reference_models.engine.errors import (
+    NonFiniteOutputError,
+    ResumeMismatchError,
+    TrainingDivergedError,
+    UserError,
+)
 from reference_models.engine.fingerprint import fingerprint_differences
 from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HostMemory, apply_host_memory_policy
 from reference_models.engine.optimization import clip_gradients
 from reference_models.engine.reporting import progress, run_logger, tensorboard_writer
 from reference_models.engine.task import TrainingTask
 
-__all__ = [
-    "TrainResult",
-    "Trainer",
-    "autocast_context",
-    "all_finite",
-    "ResumeMismatchError",
-    "TrainingDivergedError",
-    "NonFiniteOutputError",
-]
+__all__ = ["TrainResult", "Trainer", "autocast_context", "all_finite"]
 
-#: Keys a ``last.pt`` must hold to be resumed from (besides the best metric, see :data:`_BEST_KEYS`).
+#: Keys a ``last.pt`` must hold to be resumed from.
 _RESUME_KEYS = ("config", "seed", "epoch", "model", "objective", "optimizer", "scheduler", "scaler", "rng",
-                "best_epoch", "bad_epochs", "history")
-#: The best validation metric: ``best_metric``; a ``last.pt`` of the previous version named it ``best_sumr``.
-_BEST_KEYS = ("best_metric", "best_sumr")
-
-
-class ResumeMismatchError(UserError, ValueError):
-    """``last.pt`` was written with another config, seed or data set than the run that tries to resume it."""
-
-
-class TrainingDivergedError(UserError, ArithmeticError):
-    """The loss (or the gradient norm) stopped being finite.
-
-    Attributes
-    ----------
-    epoch, step : int
-        Where, counted from 1.
-    lr : float
-        The configured learning rate.
-    """
-
-    def __init__(self, epoch: int, step: int, lr: float) -> None:
-        self.epoch, self.step, self.lr = epoch, step, lr
-        super().__init__(
-            f"loss became non-finite at epoch {epoch} step {step}; lower the learning rate (optim.lr = {lr:g})"
-        )
-
-
-class NonFiniteOutputError(ArithmeticError):
-    """Raised by a :meth:`TrainingTask.training_step` whose objective refused the model's non-finite outputs;
-    the trainer reports it as :class:`TrainingDivergedError` at that step."""
+                "best_metric", "best_epoch", "bad_epochs", "history")
 
 
 @dataclass
@@ -131,13 +97,6 @@ class TrainResult:
         """Mean training time of an epoch in seconds (excluding validation)."""
         times = [h["train_seconds"] for h in self.history]
         return sum(times) / len(times) if times else float("nan")
-
-    @property
-    def best_sumr(self) -> float:
-        """Deprecated alias of :attr:`best_metric` (the Holmes trainer's name before the shared engine)."""
-        warnings.warn("TrainResult.best_sumr is deprecated; use TrainResult.best_metric", DeprecationWarning,
-                      stacklevel=2)
-        return self.best_metric
 
 
 def autocast_context(device: torch.device, enabled: bool):
@@ -295,8 +254,6 @@ class Trainer:
         older version without a data fingerprint is checked on the task's extras (feature sizes) only.
         """
         require_keys(state, path, _RESUME_KEYS)
-        if not any(key in state for key in _BEST_KEYS):
-            raise CheckpointError(path, "missing 'best_metric': not a checkpoint of this trainer")
         try:
             config_changes = self.task.config_differences(state["config"])
         except (TypeError, ValueError) as exc:
@@ -344,7 +301,7 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         restore_rng_state(self._own_rng_state(state))
         self.start_epoch = int(state["epoch"]) + 1
-        self.best_metric = float(state["best_metric"] if "best_metric" in state else state["best_sumr"])
+        self.best_metric = float(state["best_metric"])
         self.best_epoch = int(state["best_epoch"])
         self.bad_epochs = int(state["bad_epochs"])
         self.history = list(state["history"])

@@ -249,15 +249,16 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
                   out: Path, run: engine.DistributedRun) -> int:
     """The part of ``train`` that runs while rank 0 holds the output folder's lock (every rank trains; rank 0
     alone writes the folder and evaluates the best weights on the test split)."""
+    from reference_models.engine import Trainer
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
     from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.task import HolmesTask
 
     # Fail in seconds, not at the first validation or the final test, on bad evaluation features.
     for name in dict.fromkeys(("val", "test")):
         splits[name].check_features()
     device = str(run.device) if run.is_distributed else args.device
-    trainer = Trainer(cfg, splits["train"], splits["val"], out, device=device, seed=args.seed, amp=args.amp,
+    trainer = Trainer(HolmesTask(cfg, splits["train"], splits["val"]), out, device=device, seed=args.seed, amp=args.amp,
                       show_progress=not args.no_progress, num_workers=args.num_workers, verbose=True,
                       host_memory=args.host_memory, **({"distributed": run} if run.is_distributed else {}))
     if args.resume:
@@ -422,9 +423,10 @@ def run_comparison(
     SumR and the training time, and ``"seed"``, ``"device"`` and ``"config"``. Every variant is identified
     with the same identifier settings (those of ``config``), so the identification rows compare.
     """
+    from reference_models.engine import Trainer
     from reference_models.holmes.evaluate import evaluate_retrieval
     from reference_models.holmes.selective import fit_retrieval_uncertainty
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.task import HolmesTask
 
     splits, _ = _load_splits(data_root, collection, visual_feature, config, ("train", "val", "test"))
     planted = _planted(data_root, collection)
@@ -434,7 +436,7 @@ def run_comparison(
     results: dict[str, Any] = {"seed": seed, "device": str(device), "config": config.to_dict()}
     for name, cfg in variants.items():
         t0 = time.perf_counter()
-        trainer = Trainer(cfg, splits["train"], splits["val"], Path(output_dir) / name, device=device, seed=seed,
+        trainer = Trainer(HolmesTask(cfg, splits["train"], splits["val"]), Path(output_dir) / name, device=device, seed=seed,
                           show_progress=show_progress, num_workers=num_workers, verbose=True)
         fit = trainer.fit()
         model = trainer.load_best()

@@ -56,13 +56,13 @@ class HolmesComparison:
 
     def train_and_rank(self, variant: str, data: Path, out: Path, *, seed: int, device: str, resume: bool,
                        show_progress: bool) -> dict[str, QueryRanks]:
-        from reference_models.holmes.trainer import Trainer
+        from reference_models.engine import Trainer
 
         config = self.config.with_ablation(_ABLATION[variant])
         feature = self.benchmark.visual_feature
         splits = {name: load_split(data, COLLECTION, feature, name, max_query_len=config.model.max_query_len)
                   for name in ("train", "val", "test")}
-        trainer = Trainer(config, splits["train"], splits["val"], out, device=device, seed=seed,
+        trainer = Trainer(HolmesTask(config, splits["train"], splits["val"]), out, device=device, seed=seed,
                           show_progress=show_progress)
         trainer.fit(resume=resume)
         model = trainer.load_best()

@@ -42,8 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import warnings
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -121,9 +120,6 @@ class OptimSettings(OptimizerSettings):
         embeddings (release), or biases and every normalisation layer.
     eval_video_batch, eval_query_batch, score_chunk : int
         Batch sizes of the evaluation's video and query encoding and its blockwise scoring.
-
-    ``warmup_ratio=``, ``grad_clip=``, ``beta1=`` and ``beta2=`` (the names up to release 1.0.0) are still
-    accepted, with a ``DeprecationWarning``, for ``warmup_proportion=``, ``max_grad_norm=`` and ``betas=``.
     """
 
     lr: float = 3e-4
@@ -134,25 +130,6 @@ class OptimSettings(OptimizerSettings):
     eval_video_batch: int = 256
     eval_query_batch: int = 512
     score_chunk: int = 1024
-    warmup_ratio: InitVar[float | None] = field(default=None, kw_only=True)
-    grad_clip: InitVar[float | None] = field(default=None, kw_only=True)
-    beta1: InitVar[float | None] = field(default=None, kw_only=True)
-    beta2: InitVar[float | None] = field(default=None, kw_only=True)
-
-    def __post_init__(self, warmup_ratio: float | None, grad_clip: float | None, beta1: float | None,
-                      beta2: float | None) -> None:
-        old = {"warmup_ratio": warmup_ratio, "grad_clip": grad_clip, "beta1": beta1, "beta2": beta2}
-        for name, value in old.items():
-            if value is None:
-                continue
-            new = RENAMED[("optim", name)][1]
-            warnings.warn(f"OptimSettings({name}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
-            setting: object = value
-            if ("optim", name) in _SPLIT_BETAS:
-                betas = list(self.betas)
-                betas[_SPLIT_BETAS[("optim", name)]] = value
-                setting = tuple(betas)
-            object.__setattr__(self, new, setting)
 
 
 @dataclass(frozen=True)

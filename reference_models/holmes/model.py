@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import torch
@@ -133,17 +132,12 @@ class ModelSettings(RegistryModelSettings):
     activation_checkpointing: bool = False
 
 
-#: The deprecated keyword names of :class:`ModelConfig` (up to release 1.0.0) and today's.
-_DEPRECATED_NAMES = {"n_heads": "num_heads", "n_layers": "num_blocks"}
-
-
 @dataclass(frozen=True)
 class ModelConfig(ModelSettings):
     """:class:`ModelSettings` and the input feature sizes: everything :class:`HolmesModel` is built from.
 
     ``n_clips`` and ``n_frames`` are those of the data (``M_c = 32``, ``M_f = 128``; frames are padded to
-    ``n_frames``). Keyword-only; ``n_heads=`` and ``n_layers=`` (the names up to release 1.0.0) are still
-    accepted, with a ``DeprecationWarning``, for ``num_heads=`` and ``num_blocks=``.
+    ``n_frames``).
 
     Attributes
     ----------
@@ -153,8 +147,6 @@ class ModelConfig(ModelSettings):
 
     visual_dim: int = field(kw_only=True)
     text_dim: int = field(kw_only=True)
-    n_heads: InitVar[int | None] = field(default=None, kw_only=True)
-    n_layers: InitVar[int | None] = field(default=None, kw_only=True)
 
     @classmethod
     def from_settings(cls, settings: ModelSettings, *, visual_dim: int, text_dim: int, n_clips: int,
@@ -164,12 +156,7 @@ class ModelConfig(ModelSettings):
         return cls(**{**values, "n_clips": n_clips, "n_frames": n_frames}, visual_dim=visual_dim,
                    text_dim=text_dim)
 
-    def __post_init__(self, n_heads: int | None, n_layers: int | None) -> None:  # type: ignore[override]
-        for old, value in (("n_heads", n_heads), ("n_layers", n_layers)):
-            if value is not None:
-                new = _DEPRECATED_NAMES[old]
-                warnings.warn(f"ModelConfig({old}=...) is deprecated; use {new}=", DeprecationWarning, stacklevel=3)
-                object.__setattr__(self, new, value)
+    def __post_init__(self) -> None:
         sizes = ("visual_dim", "text_dim", "hidden_size", "num_heads", "n_clips", "n_frames", "max_query_len",
                  "num_blocks")
         for name in sizes:

@@ -95,15 +95,16 @@ def test_resume_skips_finished_runs_and_completes_an_interrupted_one(tmp_path):
     assert calls == [("holmes", True)]
     assert resumed[0].sets == first[0].sets
     # a run cut after its first epoch resumes to the ranks of an uninterrupted run
+    from reference_models.engine import Trainer
     from reference_models.holmes.data import load_split
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.task import HolmesTask
 
     data = grid.data_folder(tmp_path, 0)
     config = runner.config.with_ablation("baseline")
     splits = {s: load_split(data, "embedded", "synthetic", s, max_query_len=config.model.max_query_len)
               for s in ("train", "val")}
     cut = grid.run_folder(tmp_path, 0, 1, "baseline")
-    Trainer(config, splits["train"], splits["val"], cut, seed=1).fit(stop_after_epoch=0)
+    Trainer(HolmesTask(config, splits["train"], splits["val"]), cut, seed=1).fit(stop_after_epoch=0)
     grid.run_grid(runner, tmp_path, seeds=[1], data_seeds=[0], log=lines.append)
     assert ("baseline", True) in calls
     uninterrupted = runner.train_and_rank("baseline", data, tmp_path / "fresh", seed=1, device="cpu", resume=False,
@@ -209,6 +210,16 @@ def test_another_comparisons_folder_and_bad_flags_are_one_line_errors(tmp_path, 
         grid.run_grid(_holmes_runner(epochs=2), tmp_path, seeds=[0], data_seeds=[0], log=lambda line: None)
     assert cli.main(["report", "--out", str(tmp_path / "nothing")]) == 2
     assert "no comparison.json" in capsys.readouterr().err
+    plan = json.loads((tmp_path / grid.PLAN_NAME).read_text(encoding="utf-8"))
+    assert plan["format"] == grid.FOLDER_FORMAT
+    del plan["format"]  # a folder of release 1.x
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / grid.PLAN_NAME).write_text(json.dumps(plan), encoding="utf-8")
+    assert cli.main(["report", "--out", str(tmp_path / "old")]) == 2
+    err = capsys.readouterr().err
+    assert "written by release 1.x" in err and err.count("\n") == 1
+    with pytest.raises(UserError, match="written by release 1.x"):
+        grid.run_grid(_holmes_runner(epochs=1), tmp_path / "old", seeds=[0], data_seeds=[0], log=lambda line: None)
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["run", "--task", "holmes", "--seeds", "0,x", "--out", str(tmp_path)])
     assert exit_info.value.code == 2

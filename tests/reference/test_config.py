@@ -204,9 +204,7 @@ def test_a_section_must_be_its_dataclass():
         dataclasses.replace(preset("tvr"), inter=holmes_settings("release", "tvr").intra)
 
 
-def test_optim_settings_take_the_old_keywords_with_a_warning():
-    with pytest.warns(DeprecationWarning) as caught:
-        old = OptimSettings(warmup_ratio=0.05, grad_clip=2.0, beta1=0.8, beta2=0.98)
-    assert old == OptimSettings(warmup_proportion=0.05, max_grad_norm=2.0, betas=(0.8, 0.98))
-    assert sorted(str(w.message).split("(")[1].split("=")[0] for w in caught) == ["beta1", "beta2", "grad_clip",
-                                                                                  "warmup_ratio"]
+def test_optim_settings_take_the_registry_keywords_only():
+    for old in ("warmup_ratio", "grad_clip", "beta1", "beta2"):  # the names of release 1.x
+        with pytest.raises(TypeError, match=old):
+            OptimSettings(**{old: 0.5})

@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 import torch
 
+from reference_models.engine import Trainer
 from reference_models.holmes.data import load_split
-from reference_models.holmes.trainer import Trainer
+from reference_models.holmes.task import HolmesTask
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE, micro_config
 
@@ -42,7 +43,7 @@ def trained_run(root, out, ablation: str) -> dict[str, np.ndarray]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        trainer = Trainer(config, splits["train"], splits["val"], out, seed=3, show_progress=False)
+        trainer = Trainer(HolmesTask(config, splits["train"], splits["val"]), out, seed=3, show_progress=False)
         result = trainer.fit()
     finally:
         torch.set_num_threads(threads)

@@ -159,8 +159,9 @@ def test_every_policy_trains_to_the_same_weights_bit_for_bit(tmp_path, restore_d
     and weights."""
     import dataclasses
 
+    from reference_models.engine import Trainer
     from reference_models.holmes.data import generate_embedded_benchmark, load_split
-    from reference_models.holmes.trainer import Trainer
+    from reference_models.holmes.task import HolmesTask
     from tests.reference.data_helpers import COLLECTION, TINY_SPEC
 
     root = tmp_path / "data"
@@ -175,7 +176,7 @@ def test_every_policy_trains_to_the_same_weights_bit_for_bit(tmp_path, restore_d
     )
     runs = {}
     for policy in HOST_MEMORY_POLICIES:
-        trainer = Trainer(cfg, splits["train"], splits["val"], tmp_path / policy, seed=3, show_progress=False,
+        trainer = Trainer(HolmesTask(cfg, splits["train"], splits["val"]), tmp_path / policy, seed=3, show_progress=False,
                           host_memory=policy)
         result = trainer.fit()
         history = [{k: v for k, v in h.items() if k != "train_seconds"} for h in result.history]

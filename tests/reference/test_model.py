@@ -277,11 +277,10 @@ def test_input_validation():
                      torch.randn(2, 16), query_chunk=0)
 
 
-def test_model_config_takes_the_registry_names_and_warns_for_the_old_ones():
-    with pytest.warns(DeprecationWarning) as caught:
-        old = small_config(num_heads=4, n_heads=2, n_layers=2)
-    assert sorted(str(w.message) for w in caught) == ["ModelConfig(n_heads=...) is deprecated; use num_heads=",
-                                                      "ModelConfig(n_layers=...) is deprecated; use num_blocks="]
-    assert old == small_config(num_heads=2, num_blocks=2)
+def test_model_config_takes_the_registry_names_only():
+    for old in ("n_heads", "n_layers"):  # the names of release 1.x
+        with pytest.raises(TypeError, match=old):
+            small_config(**{old: 2})
+    assert small_config(num_heads=2, num_blocks=2).num_blocks == 2
     with pytest.raises(ValueError, match="ModelConfig.num_blocks must be an int >= 1"):
         small_config(num_blocks=0)

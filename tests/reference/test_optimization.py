@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from reference_models.engine import Trainer
 from reference_models.holmes.bert_adam import BertStyleAdam
 from reference_models.holmes.config import preset
 from reference_models.holmes.data import load_split
@@ -20,7 +21,7 @@ from reference_models.holmes.optimization import (
     clip_gradients,
     decay_groups,
 )
-from reference_models.holmes.trainer import Trainer
+from reference_models.holmes.task import HolmesTask
 from tests.reference.data_helpers import COLLECTION, make_tiny_benchmark
 from tests.reference.test_model import small_config
 
@@ -171,7 +172,7 @@ def release_tiny_config():
 def test_release_settings_train_through_the_trainer(tiny_splits, tmp_path, device):
     """The release optimiser through the trainer, with the peak GPU memory of every epoch recorded on CUDA."""
     cfg = release_tiny_config().replace(schedule={"epochs": 1})
-    trainer = Trainer(cfg, tiny_splits["train"], tiny_splits["val"], tmp_path, seed=1, device=device,
+    trainer = Trainer(HolmesTask(cfg, tiny_splits["train"], tiny_splits["val"]), tmp_path, seed=1, device=device,
                       show_progress=False)
     # clipped once per step, by the trainer (clip_gradients), not again inside the optimiser
     assert isinstance(trainer.optimizer, BertStyleAdam)
@@ -206,7 +207,7 @@ def test_bert_style_adam_state_round_trip():
 
 def test_first_release_update_leaves_the_weights_unchanged(tiny_splits, tmp_path):
     cfg = release_tiny_config()
-    trainer = Trainer(cfg, tiny_splits["train"], tiny_splits["val"], tmp_path, seed=0, show_progress=False)
+    trainer = Trainer(HolmesTask(cfg, tiny_splits["train"], tiny_splits["val"]), tmp_path, seed=0, show_progress=False)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     batch = next(iter(trainer.loader))
     trainer.objective.set_epoch(0)

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from reference_models.engine import (
     DistributedRun,
     RunLock,
+    Trainer,
     UserError,
     load_checkpoint,
     process_group_from_environment,
@@ -42,7 +43,6 @@ from reference_models.holmes.cli import main
 from reference_models.holmes.data import load_split, make_train_loader
 from reference_models.holmes.objective import DistributedHolmesObjective
 from reference_models.holmes.task import HolmesTask
-from reference_models.holmes.trainer import Trainer
 from tests.process_helpers import run_processes
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE, micro_config, train_args
@@ -116,9 +116,9 @@ def _rank_main(rank: int, ports: list[int], root: str, out: str) -> None:
         split = _splits(Path(root))
         config = micro_config(epochs=2, videos_per_batch=5)  # dropout 0.1: each rank's generators matter
         options = {"seed": 1, "show_progress": False, "distributed": run}
-        Trainer(config, split["train"], split["val"], Path(out) / "full", **options).fit()
-        Trainer(config, split["train"], split["val"], Path(out) / "part", **options).fit(stop_after_epoch=0)
-        Trainer(config, split["train"], split["val"], Path(out) / "part", **options).fit(resume=True)
+        Trainer(HolmesTask(config, split["train"], split["val"]), Path(out) / "full", **options).fit()
+        Trainer(HolmesTask(config, split["train"], split["val"]), Path(out) / "part", **options).fit(stop_after_epoch=0)
+        Trainer(HolmesTask(config, split["train"], split["val"]), Path(out) / "part", **options).fit(resume=True)
     runs = {}
     for (name, extra), port in zip(CLI_RUNS, ports[1:]):
         os.environ["MASTER_PORT"] = str(port)

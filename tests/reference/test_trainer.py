@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+from reference_models.engine import Trainer
 from reference_models.holmes import checkpoint as ckpt
 from reference_models.holmes.cli import main
 from reference_models.holmes.config import ABLATIONS, HolmesConfig, preset
@@ -17,7 +18,7 @@ from reference_models.holmes.evaluate import identification_report, per_type_rec
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
 from reference_models.holmes.optimization import build_optimizer, build_scheduler
-from reference_models.holmes.trainer import Trainer
+from reference_models.holmes.task import HolmesTask
 from tests.reference.data_helpers import COLLECTION, make_tiny_benchmark
 
 FEATURE = "synthetic"
@@ -45,7 +46,7 @@ def splits(data_root):
 
 
 def _trainer(cfg, splits, out, seed=3):
-    return Trainer(cfg, splits["train"], splits["val"], out, seed=seed, show_progress=False)
+    return Trainer(HolmesTask(cfg, splits["train"], splits["val"]), out, seed=seed, show_progress=False)
 
 
 def test_interrupted_and_resumed_run_matches_uninterrupted(splits, tmp_path):
@@ -267,7 +268,7 @@ def test_comparison_writes_holmes_and_baseline(data_root, tmp_path):
 
 
 def test_amp_training_stays_finite(splits, tmp_path):
-    trainer = Trainer(tiny_config().replace(schedule={"epochs": 1}), splits["train"], splits["val"], tmp_path,
+    trainer = Trainer(HolmesTask(tiny_config().replace(schedule={"epochs": 1}), splits["train"], splits["val"]), tmp_path,
                       amp=True, show_progress=False)
     result = trainer.fit()
     assert math.isfinite(result.history[-1]["loss/total"]) and math.isfinite(result.best_metric)

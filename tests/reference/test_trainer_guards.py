@@ -15,16 +15,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from reference_models.engine import ResumeMismatchError, Trainer, TrainingDivergedError
 from reference_models.engine import trainer as engine_trainer
-from reference_models.holmes import task as task_module
-from reference_models.holmes.checkpoint import (
+from reference_models.engine.checkpoint import (
     CheckpointError,
     load_checkpoint,
     remove_orphan_temporaries,
     save_checkpoint,
 )
+from reference_models.holmes import task as task_module
 from reference_models.holmes.data import load_split
-from reference_models.holmes.trainer import ResumeMismatchError, Trainer, TrainingDivergedError
+from reference_models.holmes.task import HolmesTask
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE, micro_config
 
@@ -36,7 +37,7 @@ def splits(tmp_path_factory):
 
 
 def make_trainer(splits, out, **optim) -> Trainer:
-    return Trainer(micro_config(**optim), splits["train"], splits["val"], out, seed=5, show_progress=False)
+    return Trainer(HolmesTask(micro_config(**optim), splits["train"], splits["val"]), out, seed=5, show_progress=False)
 
 
 class ScriptedValidation:
@@ -168,7 +169,7 @@ def test_off_cpu_the_first_bad_step_is_reported_at_the_end_of_the_epoch():
 # --- resume refuses other settings, naming what differs ---------------------------------------------
 def test_resume_names_the_config_field_and_the_seed_that_differ(splits, tmp_path):
     make_trainer(splits, tmp_path).fit()
-    other = Trainer(micro_config(lr=2e-3), splits["train"], splits["val"], tmp_path, seed=6, show_progress=False)
+    other = Trainer(HolmesTask(micro_config(lr=2e-3), splits["train"], splits["val"]), tmp_path, seed=6, show_progress=False)
     with pytest.raises(ResumeMismatchError) as info:
         other.resume()
     message = str(info.value)
@@ -180,7 +181,7 @@ def test_resume_refuses_the_validation_split_of_another_data_set(splits, tmp_pat
     make_trainer(splits, tmp_path).fit()
     root = make_micro_benchmark(tmp_path / "other", n_val_videos=3)
     val = load_split(root, COLLECTION, FEATURE, "val", n_clips=4, n_frames=8)
-    other = Trainer(micro_config(), splits["train"], val, tmp_path, seed=5, show_progress=False)
+    other = Trainer(HolmesTask(micro_config(), splits["train"], val), tmp_path, seed=5, show_progress=False)
     with pytest.raises(ResumeMismatchError, match="different data .*val videos 4 vs 3"):
         other.resume()
 

@@ -152,7 +152,7 @@ def test_flags_select_the_named_benchmark_and_its_config() -> None:
     embedded = runner_for("dab")
     assert embedded.benchmark == T2VBenchmarkSpec() and embedded.config == T2VConfig()
     assert embedded.spec.sets == ("test", "test_all")
-    # the embedded comparison's settings are those it had before the new fields
-    assert "encoder" not in embedded.settings()["config"]["backbone"]
-    assert "feature_space" not in embedded.settings()["benchmark"]
+    # the comparison's settings hold every field of the config and of the benchmark design
+    assert embedded.settings()["config"] == T2VConfig().to_dict()
+    assert embedded.settings()["benchmark"]["feature_space"] == "separate"
     assert runner_for("dab", benchmark="msrvtt-regime", scale=0.5).benchmark == REGIME.scaled(0.5)

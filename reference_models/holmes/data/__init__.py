@@ -16,7 +16,7 @@ from reference_models.holmes.data.embedded import (
     generate_embedded_benchmark,
     read_planted_types,
 )
-from reference_models.holmes.data.errors import DataValidationError
+from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.loaders import (
     OrderedLoader,
     TrainLoader,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reference_models.holmes.data.errors import DataValidationError
+from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.features import BigFileReader, check_finite, read_bigfile_header, read_video2frames
 from reference_models.holmes.data.visual_formats import VisualFeatureFormat, register_visual_format
 

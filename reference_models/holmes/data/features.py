@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from reference_models.holmes.data.errors import DataValidationError
+from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.layout import CollectionPaths, read_utf8_text
 from reference_models.holmes.data.visual_formats import VisualReader, detect_visual_format
 

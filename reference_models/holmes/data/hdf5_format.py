@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reference_models.holmes.data.errors import DataValidationError
+from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.features import HDF5Reader, check_finite, hdf5_dataset
 from reference_models.holmes.data.visual_formats import VisualFeatureFormat, register_visual_format
 

@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from reference_models.engine.distributed import shard_bounds
+from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.batches import QueryBatch, TrainBatch, VideoBatch, collate_queries, collate_videos
-from reference_models.holmes.data.errors import DataValidationError
 from reference_models.holmes.data.split import PRVRSplit
 
 __all__ = [

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from reference_models.engine.errors import DataValidationError
 from reference_models.engine.fingerprint import fingerprint_differences
-from reference_models.holmes.data.errors import DataValidationError
 from reference_models.holmes.data.features import HDF5Reader, open_visual_reader
 from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_captions
 from reference_models.holmes.data.sampling import BOUNDARY_MODES, l2_normalize, pool_segments, sample_frames

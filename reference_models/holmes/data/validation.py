@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from reference_models.holmes.data.errors import DataValidationError
+from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.hdf5_format import check_hdf5_entries
 from reference_models.holmes.data.layout import SPLITS, Caption, CollectionPaths, read_captions
 from reference_models.holmes.data.visual_formats import detect_visual_format

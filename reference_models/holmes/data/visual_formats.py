@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
-from reference_models.holmes.data.errors import DataValidationError
+from reference_models.engine.errors import DataValidationError
 
 if TYPE_CHECKING:
     from reference_models.holmes.data.layout import CollectionPaths
