@@ -217,6 +217,8 @@ def check_gaussian(name):
             return F.kl_margin(F.pairwise_gaussian_kl(smu, slv, tmu, tlv))
         if name == "reparameterised_sample":
             return F.reparameterised_sample(smu, slv, d.int(1, 4), generator=d.gen)
+        if name.startswith("paired_"):  # every source against every target, by broadcasting
+            return getattr(F, name)(smu[:, None], slv[:, None], tmu[None], tlv[None])
         return getattr(F, name)(smu, slv, tmu, tlv)
     return run
 
@@ -400,6 +402,8 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "base_retrieval_loss": check_base,
     "pairwise_gaussian_kl": check_gaussian("pairwise_gaussian_kl"),
     "pairwise_wasserstein2": check_gaussian("pairwise_wasserstein2"),
+    "paired_gaussian_kl": check_gaussian("paired_gaussian_kl"),
+    "paired_wasserstein2": check_gaussian("paired_wasserstein2"),
     "kl_margin": check_gaussian("kl_margin"),
     "reparameterised_sample": check_gaussian("reparameterised_sample"),
     "pac_loss": check_pac,

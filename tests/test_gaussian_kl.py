@@ -13,6 +13,8 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from evidential_prvr.functional import (
     kl_margin,
+    paired_gaussian_kl,
+    paired_wasserstein2,
     pairwise_gaussian_kl,
     pairwise_wasserstein2,
     reparameterised_sample,
@@ -296,3 +298,59 @@ def test_reparameterised_sample_gradcheck_and_errors():
         reparameterised_sample(mu, torch.full_like(lv, float("inf")), 2)
     with pytest.raises(ValueError, match="same shape"):
         reparameterised_sample(mu, lv[:1], 2)
+
+
+# ---------------------------------------------------------------- paired_gaussian_kl / paired_wasserstein2
+
+
+@given(gaussian_pairs())
+def test_paired_kl_matches_torch_distributions_on_broadcast_pairs(pair):
+    s_mu, s_lv, t_mu, t_lv = pair
+    out = paired_gaussian_kl(s_mu[:, None, :], s_lv[:, None, :], t_mu[None], t_lv[None])
+    assert out.shape == (s_mu.shape[0], t_mu.shape[0]) and bool((out >= 0).all())
+    torch.testing.assert_close(out, reference_kl(*pair), atol=1e-6, rtol=1e-10)
+
+
+def test_paired_kl_of_matched_pairs_is_the_pairwise_diagonal():
+    s, t = random_gaussians(6, 9, seed=40), random_gaussians(6, 9, seed=41)
+    torch.testing.assert_close(paired_gaussian_kl(*s, *t), pairwise_gaussian_kl(*s, *t).diagonal(), atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(paired_gaussian_kl(*s, *s), torch.zeros(6, dtype=torch.float64), atol=0, rtol=0)
+
+
+@given(gaussian_pairs(max_n=4, max_d=5))
+def test_paired_w2_matches_bures_closed_form(pair):
+    s_mu, s_lv, t_mu, t_lv = pair
+    ref = reference_w2_squared(*pair)
+    broadcast = (s_mu[:, None, :], s_lv[:, None, :], t_mu[None], t_lv[None])
+    torch.testing.assert_close(paired_wasserstein2(*broadcast), ref, atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(paired_wasserstein2(*broadcast, squared=False), ref.clamp_min(1e-12).sqrt(),
+                               atol=1e-6, rtol=1e-7)
+
+
+@pytest.mark.parametrize("fn", [paired_gaussian_kl, paired_wasserstein2])
+def test_paired_costs_gradcheck(fn):
+    leaves = [x.requires_grad_() for x in (*random_gaussians(3, 4, seed=42), *random_gaussians(3, 4, seed=43))]
+    assert torch.autograd.gradcheck(fn, leaves)
+
+
+def test_paired_costs_half_precision_is_upcast():
+    s, t = random_gaussians(4, 8, seed=44, dtype=torch.float16), random_gaussians(4, 8, seed=45, dtype=torch.float16)
+    assert paired_gaussian_kl(*s, *t).dtype == torch.float32 and paired_wasserstein2(*s, *t).dtype == torch.float32
+
+
+@pytest.mark.parametrize("fn", [paired_gaussian_kl, paired_wasserstein2])
+def test_paired_costs_errors(fn):
+    mu, lv = random_gaussians(3, 4, seed=46)
+    with pytest.raises(ValueError, match="embedding dimension"):
+        fn(mu, lv, mu[:, :2], lv[:, :2])
+    with pytest.raises(ValueError, match="broadcast"):
+        fn(mu, lv, mu[:2], lv[:2])
+    with pytest.raises(ValueError, match="source_logvar"):
+        fn(mu, lv[:, :3], mu, lv)
+    bad = lv.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="target_logvar"):
+        fn(mu, lv, mu, bad, validate_args=True)
+    with pytest.raises(TypeError, match="source_mu"):
+        fn(mu.numpy(), lv, mu, lv)
+
