@@ -336,7 +336,7 @@ def paired_gaussian_kl(
     t_lv = target_logvar.to(dtype)
     log_ratio = source_logvar.to(dtype) - t_lv
     mean = (source_mu.to(dtype) - target_mu.to(dtype)).square() * torch.exp(-t_lv)
-    return (0.5 * (mean + torch.exp(log_ratio) - log_ratio - 1.0).sum(dim=-1)).clamp_min(0.0)
+    return (0.5 * (mean + (torch.exp(log_ratio) - log_ratio - 1.0)).sum(dim=-1)).clamp_min(0.0)
 
 
 @insert_docs(validate_args=_PAIRED_FINITE)

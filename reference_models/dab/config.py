@@ -218,6 +218,9 @@ class T2VConfig:
         if self.backbone.hidden % self.backbone.heads:
             raise ValueError(f"BackboneSettings.hidden ({self.backbone.hidden}) must be a multiple of heads "
                              f"({self.backbone.heads})")
+        if self.backbone.pooling == "xpool" and self.bridge.point_dim % self.backbone.heads:
+            raise ValueError(f"BridgeSettings.point_dim ({self.bridge.point_dim}) must be a multiple of "
+                             f"backbone.heads ({self.backbone.heads}): X-Pool attends at the bridged width")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as nested plain dicts (JSON-able; saved in checkpoints and ``results.json``)."""

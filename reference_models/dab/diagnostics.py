@@ -38,7 +38,8 @@ from typing import Any, cast
 
 import torch
 
-from evidential_prvr.probabilistic import ConditionedDistributionBridge, DiagonalGaussian
+from evidential_prvr.functional import paired_gaussian_kl, paired_wasserstein2
+from evidential_prvr.probabilistic import ConditionedDistributionBridge, DiagonalGaussian, DistributionBridge
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel
 
@@ -56,16 +57,17 @@ def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torc
 
 def _parts(v_mu: torch.Tensor, v_lv: torch.Tensor, t_mu: torch.Tensor, t_lv: torch.Tensor,
            cost: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and variance parts of the cost of broadcastable Gaussians, summed over the last dimension."""
-    if cost == "kl":
-        mean = 0.5 * ((v_mu - t_mu).square() * torch.exp(-t_lv)).sum(-1)
-        log_ratio = v_lv - t_lv
-        variance = 0.5 * (torch.exp(log_ratio) - log_ratio - 1.0).sum(-1)
-    elif cost == "w2":
-        mean = (v_mu - t_mu).square().sum(-1)
-        variance = (torch.exp(0.5 * v_lv) - torch.exp(0.5 * t_lv)).square().sum(-1)
-    else:
+    """Mean and variance parts of the cost of broadcastable Gaussians, summed over the last dimension.
+
+    Both costs split into the cost with the text's variances on both sides (only the means differ) and the cost
+    with the text's mean on both sides (only the variances differ), each the library's paired cost.
+    """
+    paired = {"kl": paired_gaussian_kl, "w2": paired_wasserstein2}.get(cost)
+    if paired is None:
         raise ValueError(f"cost must be 'kl' or 'w2', got {cost!r}")
+    shape = torch.broadcast_shapes(v_mu.shape, t_mu.shape)
+    mean = paired(v_mu.expand(shape), t_lv.expand(shape), t_mu, t_lv)
+    variance = paired(t_mu.expand(shape), v_lv.expand(shape), t_mu, t_lv)
     return mean, variance
 
 
@@ -153,7 +155,7 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
     each text bridged toward its own video, and ``variance_share.all_pairs`` is left out (only the own pairs
     are computed).
     """
-    if not model.config.head.gaussian:
+    if not model.plan.gaussian:
         return None
     model.eval()
     gallery = model.encode_gallery(split.frames.to(device), split.frame_mask.to(device))
@@ -166,13 +168,15 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
         if gallery.video is None:  # X-Pool: the own video pooled for each query
             pooled = model.pool(emb, gallery)[torch.arange(rows.numel(), device=device), rows]
             token_logvar = cast(torch.Tensor, gallery.token_logvar)  # a Gaussian head's gallery has it
-            own.append(model._video_gaussian(pooled, token_logvar[rows]))
-        if isinstance(model.bridge, ConditionedDistributionBridge):  # toward the own video
+            own.append(model.video_gaussian(pooled, token_logvar[rows]))
+        if model.plan.bridge == "video":  # toward the own video
             target = own[-1] if gallery.video is None else DiagonalGaussian(gallery.video.mu[rows],
                                                                              gallery.video.logvar[rows])
-            bridged.append(model.bridge(*gaussian, *target))
+            bridged.append(cast(ConditionedDistributionBridge, model.bridge)(*gaussian, *target))
+        elif model.plan.bridge == "text":
+            bridged.append(cast(DistributionBridge, model.bridge)(*gaussian))
         else:
-            bridged.append(model.bridge(*gaussian) if model.bridge is not None else gaussian)
+            bridged.append(gaussian)
 
     def cat(parts: list[DiagonalGaussian]) -> DiagonalGaussian:
         return DiagonalGaussian(torch.cat([p.mu for p in parts]).float().cpu(),
@@ -189,7 +193,7 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
                                   video_events=video_events, query_kinds=query_kinds)
     if gallery.video is None:
         result["videos"] = split.num_videos
-    if gallery.video is None or isinstance(model.bridge, ConditionedDistributionBridge):
+    if gallery.video is None or model.plan.bridge == "video":
         result["variance_share"].pop("all_pairs")  # per-pair Gaussians: only the own pairs are computed
     return result
 

@@ -14,6 +14,10 @@ stand-in for pretrained CLIP encoders: the untrained model ranks by the features
   :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` (or :math:`W_2^2`); ranking by :math:`-C`;
 * ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head.
 
+How a model scores is resolved once from its config into its :class:`HeadPlan` (``model.plan``): Gaussian cost
+or cosine, which bridge, which cost function, which ranking. In the ``bridge`` variant X-Pool attends with the
+bridged text that the cosine uses (at the projected width when ``bridge.point_dim`` is set).
+
 With ``bridge.condition = "video"`` DAB's bridge is the library's
 :class:`~evidential_prvr.probabilistic.ConditionedDistributionBridge`: one chain per text-video pair toward the
 video Gaussian (contraction bound ``bridge.contraction``), the cost taken pair by pair and computed in blocks of
@@ -24,15 +28,22 @@ text mean and the video mean, their cost still returned (training loss, KL-margi
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributions import Normal, kl_divergence
 
-from evidential_prvr.functional import combine_video_log_variances, pairwise_gaussian_kl, pairwise_wasserstein2
+from evidential_prvr.functional import (
+    combine_video_log_variances,
+    paired_gaussian_kl,
+    paired_wasserstein2,
+    pairwise_gaussian_kl,
+    pairwise_wasserstein2,
+)
 from evidential_prvr.probabilistic import (
     ConditionedDistributionBridge,
     DiagonalGaussian,
@@ -42,11 +53,52 @@ from evidential_prvr.probabilistic import (
 )
 from reference_models.dab.config import T2VConfig
 
-__all__ = ["T2VModel", "T2VOutput", "Gallery", "XPoolAttention", "PAIR_BLOCK"]
+__all__ = ["T2VModel", "T2VOutput", "Gallery", "HeadPlan", "XPoolAttention", "PAIR_BLOCK", "MAX_LOGIT_SCALE"]
 
 #: Text-video pairs bridged at once by the video-conditioned bridge (``[Q, block, D]`` states; evaluation only:
 #: a training batch of 32 x 32 is one block).
 PAIR_BLOCK = 16384
+#: The cap of the cosine variants' learned logit scale, as in CLIP (the log-scale is clamped at its log).
+MAX_LOGIT_SCALE = 100.0
+
+#: A cost between diagonal Gaussians ``(source_mu, source_logvar, target_mu, target_logvar)``.
+GaussianCost = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """How a :class:`T2VModel` scores, resolved once from its config.
+
+    Attributes
+    ----------
+    gaussian : bool
+        Rank by a cost between Gaussians (``dab``, ``prob``) instead of a scaled cosine (``base``, ``bridge``).
+    bridge : {"none", "text", "video"}
+        No bridge, a bridge of the text alone (one chain per text; ``dab``, ``bridge``), or a bridge of the text
+        toward each video (``bridge.condition = "video"``, one chain per text-video pair).
+    pairwise_cost, paired_cost : callable
+        The library's cost of ``head.cost``: every video against every text
+        (:func:`~evidential_prvr.functional.pairwise_gaussian_kl` / ``pairwise_wasserstein2``) and pair by pair
+        (:func:`~evidential_prvr.functional.paired_gaussian_kl` / ``paired_wasserstein2``).
+    by_mean_distance : bool
+        Rank by minus the squared distance of the means (``head.ranking = "mean_distance"``).
+    """
+
+    gaussian: bool
+    bridge: Literal["none", "text", "video"]
+    pairwise_cost: GaussianCost
+    paired_cost: GaussianCost
+    by_mean_distance: bool
+
+    @classmethod
+    def from_config(cls, config: T2VConfig) -> HeadPlan:
+        """The plan of ``config`` (its ``head`` and ``bridge`` sections)."""
+        h = config.head
+        bridge: Literal["none", "text", "video"] = (
+            "video" if config.bridge.condition == "video" else "text" if h.variant in ("dab", "bridge") else "none")
+        kl = h.cost == "kl"
+        return cls(h.gaussian, bridge, pairwise_gaussian_kl if kl else pairwise_wasserstein2,
+                   paired_gaussian_kl if kl else paired_wasserstein2, h.ranking == "mean_distance")
 
 
 @dataclass
@@ -146,6 +198,7 @@ class T2VModel(nn.Module):
         super().__init__()
         b, h = config.backbone, config.head
         self.config = config
+        self.plan = HeadPlan.from_config(config)
         self.frame_dim, self.text_dim = frame_dim, text_dim
         identity = b.encoder == "identity"
         if identity and not frame_dim == text_dim == b.hidden:
@@ -173,23 +226,23 @@ class T2VModel(nn.Module):
                 for linear in (block.self_attn.out_proj, block.linear2):  # each residual branch starts at zero
                     nn.init.zeros_(linear.weight)
                     nn.init.zeros_(linear.bias)
-        self.xpool = XPoolAttention(b.hidden, b.heads) if b.pooling == "xpool" else None
+        s = config.bridge
+        narrow = h.variant == "bridge" and bool(s.point_dim)  # the bridge-only variant at a chosen width
+        point_dim = s.point_dim if narrow else b.hidden  # the width the cosine variants pool and bridge at
+        self.xpool = XPoolAttention(point_dim, b.heads) if b.pooling == "xpool" else None
         if h.gaussian:
             self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim)
             self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim)
         else:
             self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
-        self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None
-        self.point_proj = None
-        s = config.bridge
-        if h.variant == "bridge" and s.point_dim:  # the bridge-only variant at a chosen width
-            self.point_proj = nn.Linear(b.hidden, s.point_dim)
-        if h.variant == "dab" and s.condition == "video":
+        self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None  # as self.plan.bridge says
+        self.point_proj = nn.Linear(b.hidden, point_dim) if narrow else None
+        if self.plan.bridge == "video":
             self.bridge = ConditionedDistributionBridge(h.gaussian_dim, s.n_steps, s.total_steps,
                                                         contraction=s.contraction, time_dim=s.time_dim)
-        elif h.variant in ("dab", "bridge"):
-            dim = h.gaussian_dim if h.variant == "dab" else (s.point_dim or b.hidden)
-            self.bridge = DistributionBridge(dim, s.n_steps, s.total_steps, time_dim=s.time_dim)
+        elif self.plan.bridge == "text":
+            self.bridge = DistributionBridge(h.gaussian_dim if h.gaussian else point_dim, s.n_steps, s.total_steps,
+                                             time_dim=s.time_dim)
 
     # --- backbone -------------------------------------------------------------------------------------
     def encode_text(self, text: torch.Tensor) -> torch.Tensor:
@@ -211,47 +264,45 @@ class T2VModel(nn.Module):
         if self.xpool is None:
             weights = mask.to(tokens.dtype).unsqueeze(-1)
             gallery.pooled = (tokens * weights).sum(1) / weights.sum(1)
-        if self.config.head.gaussian:
+        if self.plan.gaussian:
             gallery.token_logvar = self.token_head(tokens, mask=mask)
             if gallery.pooled is not None:
-                gallery.video = self._video_gaussian(gallery.pooled, gallery.token_logvar)
+                gallery.video = self.video_gaussian(gallery.pooled, gallery.token_logvar)
         return gallery
 
     def pool(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
-        """Video embeddings: ``[V, hidden]`` (mean) or ``[Q, V, hidden]`` (X-Pool, conditioned on each text)."""
+        """Video embeddings at the width of ``text``: ``[V, width]`` (mean) or ``[Q, V, width]`` (X-Pool, attending
+        with each text). The width is ``backbone.hidden``, or ``bridge.point_dim`` in the narrower bridge-only
+        variant, whose videos are projected like its texts."""
         # a gallery without pooled videos is an X-Pool model's (encode_gallery)
-        return (gallery.pooled if gallery.pooled is not None
-                else cast(XPoolAttention, self.xpool)(text, gallery.tokens, gallery.mask))
+        if gallery.pooled is not None:
+            return gallery.pooled if self.point_proj is None else self.point_proj(gallery.pooled)
+        tokens = gallery.tokens if self.point_proj is None else self.point_proj(gallery.tokens)
+        return cast(XPoolAttention, self.xpool)(text, tokens, gallery.mask)
 
     # --- heads ----------------------------------------------------------------------------------------
-    def _video_gaussian(self, pooled: torch.Tensor, token_logvar: torch.Tensor) -> DiagonalGaussian:
+    def video_gaussian(self, pooled: torch.Tensor, token_logvar: torch.Tensor) -> DiagonalGaussian:
+        """The video Gaussian of pooled videos ``[..., hidden]``: the Gaussian head's mean, its log-variance
+        combined with the token uncertainty head's (``token_logvar``, ``[V, D]`` or broadcastable)."""
         video = self.gaussian_head(pooled)
         return DiagonalGaussian(video.mu, combine_video_log_variances(video.logvar, token_logvar.expand_as(video.logvar)))
 
     def _gaussian_cost(self, text: torch.Tensor, gallery: Gallery) -> T2VOutput:
         text_gaussian = self.gaussian_head(text)
-        by_mean = self.config.head.ranking == "mean_distance"
-        if isinstance(self.bridge, ConditionedDistributionBridge):
+        if self.plan.bridge == "video":
             return self._pair_bridged_cost(text, text_gaussian, gallery)
-        if self.bridge is not None:
-            text_gaussian = self.bridge(*text_gaussian)
+        if self.plan.bridge == "text":
+            text_gaussian = cast(DistributionBridge, self.bridge)(*text_gaussian)
         video = gallery.video
         if video is not None:  # one Gaussian per video: the library's pairwise costs, video first
-            pairwise = pairwise_gaussian_kl if self.config.head.cost == "kl" else pairwise_wasserstein2
-            cost = pairwise(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T
-            return T2VOutput(-torch.cdist(text_gaussian.mu, video.mu).square() if by_mean else -cost, cost)
+            cost = self.plan.pairwise_cost(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T
+            by_mean = -torch.cdist(text_gaussian.mu, video.mu).square() if self.plan.by_mean_distance else None
+            return T2VOutput(-cost if by_mean is None else by_mean, cost)
         # X-Pool: one video Gaussian per (text, video) pair, [Q, V, D]
-        video = self._video_gaussian(self.pool(text, gallery), cast(torch.Tensor, gallery.token_logvar))  # Gaussian heads
+        video = self.video_gaussian(self.pool(text, gallery), cast(torch.Tensor, gallery.token_logvar))
         t_mu, t_logvar = text_gaussian.mu[:, None, :], text_gaussian.logvar[:, None, :]
-        cost = self._pair_cost(video.mu, video.logvar, t_mu, t_logvar)
-        return T2VOutput(-(video.mu - t_mu).square().sum(-1) if by_mean else -cost, cost)
-
-    def _pair_cost(self, v_mu: torch.Tensor, v_logvar: torch.Tensor, t_mu: torch.Tensor,
-                   t_logvar: torch.Tensor) -> torch.Tensor:
-        """The cost of each (text, video) pair of broadcasting ``[..., D]`` Gaussians, summed over ``D``."""
-        if self.config.head.cost == "kl":
-            return kl_divergence(Normal(v_mu, (0.5 * v_logvar).exp()), Normal(t_mu, (0.5 * t_logvar).exp())).sum(-1)
-        return (v_mu - t_mu).square().sum(-1) + ((0.5 * v_logvar).exp() - (0.5 * t_logvar).exp()).square().sum(-1)
+        cost = self.plan.paired_cost(video.mu, video.logvar, t_mu, t_logvar)
+        return T2VOutput(-(video.mu - t_mu).square().sum(-1) if self.plan.by_mean_distance else -cost, cost)
 
     def _pair_bridged_cost(self, text_emb: torch.Tensor, text: DiagonalGaussian, gallery: Gallery) -> T2VOutput:
         """Video-conditioned bridge: every text bridged toward every video, in blocks of videos."""
@@ -261,31 +312,27 @@ class T2VModel(nn.Module):
         if video is not None:
             v_mu, v_logvar = video.mu[None], video.logvar[None]  # [1, V, D]
         else:  # X-Pool: one video Gaussian per pair, [Q, V, D]
-            video = self._video_gaussian(self.pool(text_emb, gallery), cast(torch.Tensor, gallery.token_logvar))
+            video = self.video_gaussian(self.pool(text_emb, gallery), cast(torch.Tensor, gallery.token_logvar))
             v_mu, v_logvar = video.mu, video.logvar
         block = max(1, PAIR_BLOCK // max(1, t_mu.shape[0]))
         costs, logits = [], []
         for start in range(0, v_mu.shape[1], block):
             vm, vl = v_mu[:, start : start + block], v_logvar[:, start : start + block]
             bridged = bridge(t_mu, t_logvar, vm, vl)
-            cost = self._pair_cost(vm, vl, bridged.mu, bridged.logvar)
+            cost = self.plan.paired_cost(vm, vl, bridged.mu, bridged.logvar)
             costs.append(cost)
-            logits.append(-(vm - bridged.mu).square().sum(-1) if self.config.head.ranking == "mean_distance" else -cost)
+            logits.append(-(vm - bridged.mu).square().sum(-1) if self.plan.by_mean_distance else -cost)
         return T2VOutput(torch.cat(logits, dim=1), torch.cat(costs, dim=1))
 
     def _cosine_logits(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
-        bridge = cast("DistributionBridge | None", self.bridge)  # the cosine variants' bridge is text-only
         if self.point_proj is not None:  # the bridge-only variant at its own width: project, then bridge
-            pooled = self.point_proj(self.pool(text, gallery))
             text = self.point_proj(text)
-        if bridge is not None:  # deterministic bridge on the point embedding; the log-variance is inert
-            text = bridge(text, torch.zeros_like(text)).mu
-        if self.point_proj is None:
-            pooled = self.pool(text, gallery)
-        pooled = F.normalize(pooled, dim=-1)
+        if self.plan.bridge == "text":  # deterministic bridge on the point embedding; the log-variance is inert
+            text = cast(DistributionBridge, self.bridge)(text, torch.zeros_like(text)).mu
+        pooled = F.normalize(self.pool(text, gallery), dim=-1)  # X-Pool attends with the bridged text
         text = F.normalize(text, dim=-1)
         cosine = text @ pooled.T if pooled.dim() == 2 else (pooled * text[:, None, :]).sum(-1)
-        return self.log_scale.clamp(max=4.6052).exp() * cosine
+        return self.log_scale.clamp(max=math.log(MAX_LOGIT_SCALE)).exp() * cosine
 
     def forward(self, text: torch.Tensor, frames: torch.Tensor, mask: torch.Tensor) -> T2VOutput:
         """Scores of texts ``[Q, text_dim]`` against videos ``[V, T, frame_dim]`` (``mask`` ``[V, T]``)."""
@@ -293,6 +340,6 @@ class T2VModel(nn.Module):
 
     def score(self, text_emb: torch.Tensor, gallery: Gallery) -> T2VOutput:
         """Scores of text embeddings ``[Q, hidden]`` (:meth:`encode_text`) against a :class:`Gallery`."""
-        if self.config.head.gaussian:
+        if self.plan.gaussian:
             return self._gaussian_cost(text_emb, gallery)
         return T2VOutput(self._cosine_logits(text_emb, gallery), None)

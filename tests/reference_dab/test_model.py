@@ -99,3 +99,41 @@ def test_config_round_trips_and_refuses_bad_values() -> None:
                        ({"backbone": {"hidden": 30}}, "multiple of heads")):
         with pytest.raises(ValueError, match=match):
             T2VConfig().replace(**bad)
+
+
+@pytest.mark.parametrize("point_dim", [0, 8])
+def test_bridge_only_xpool_attends_with_the_bridged_text_the_cosine_uses(point_dim: int) -> None:
+    config = TINY_CONFIG.replace(head={"variant": "bridge"}, bridge={"point_dim": point_dim},
+                                 backbone={"pooling": "xpool"})
+    torch.manual_seed(0)
+    model = T2VModel(12, 10, config)
+    assert model.plan.bridge == "text" and not model.plan.gaussian
+    text, frames, mask = _inputs()
+    seen: list[torch.Tensor] = []
+    model.xpool.register_forward_hook(lambda module, args, output: seen.append(args[0]))
+    logits = model(text, frames, mask).logits
+    point = model.encode_text(text) if model.point_proj is None else model.point_proj(model.encode_text(text))
+    bridged = model.bridge(point, torch.zeros_like(point)).mu
+    assert len(seen) == 1 and seen[0].shape[-1] == (point_dim or config.backbone.hidden)
+    torch.testing.assert_close(seen[0], bridged)
+    # the cosine of the same bridged text against the videos pooled with it
+    tokens = model.encode_frames(frames, mask)
+    tokens = tokens if model.point_proj is None else model.point_proj(tokens)
+    pooled = torch.nn.functional.normalize(model.xpool(bridged, tokens, mask), dim=-1)
+    cosine = (pooled * torch.nn.functional.normalize(bridged, dim=-1)[:, None, :]).sum(-1)
+    torch.testing.assert_close(logits, model.log_scale.exp() * cosine)
+
+
+def test_the_head_plan_is_resolved_once_from_the_config() -> None:
+    from evidential_prvr.functional import paired_wasserstein2, pairwise_gaussian_kl
+
+    plans = {name: T2VModel(12, 10, TINY_CONFIG.replace(**changes)).plan for name, changes in {
+        "base": {"head": {"variant": "base"}}, "dab": {}, "prob": {"head": {"variant": "prob"}},
+        "video": {"bridge": {"condition": "video"}}, "w2": {"head": {"cost": "w2", "ranking": "mean_distance"}},
+    }.items()}
+    assert [plans[n].bridge for n in ("base", "dab", "prob", "video")] == ["none", "text", "none", "video"]
+    assert plans["dab"].gaussian and not plans["base"].gaussian and plans["dab"].pairwise_cost is pairwise_gaussian_kl
+    assert plans["w2"].paired_cost is paired_wasserstein2 and plans["w2"].by_mean_distance
+    with pytest.raises(ValueError, match=r"point_dim \(6\) must be a multiple of backbone.heads"):
+        TINY_CONFIG.replace(head={"variant": "bridge"}, bridge={"point_dim": 6},
+                            backbone={"pooling": "xpool", "heads": 4})
