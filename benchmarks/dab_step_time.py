@@ -8,7 +8,7 @@ FLOPs per query). Printed: the medians, the ratios DAB / base (the issue's goal:
 same for the ablation variants with ``--all-variants``.
 
 ``--config msrvtt-regime`` times the comparison's models instead (the ``msrvtt-regime`` preset: 256-d features,
-identity encoders) and their ablations (:data:`reference_models.dab.comparison.ABLATIONS`: the text-only and the
+identity encoders) and their ablations (:data:`reference_models.dab.config.ABLATIONS`: the text-only and the
 video-conditioned bridge, heads only, bridge only at DAB's width, W2, mean-distance ranking), with the ratio of
 each to the base and to DAB with the text-only bridge; use ``--gallery 1000`` for the 1k-A gallery.
 
@@ -29,10 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks._timing import median_ms, set_threads  # noqa: E402
-from reference_models.dab.cli import ABLATIONS  # noqa: E402
-from reference_models.dab.comparison import ABLATIONS as COMPARISON_METHODS  # noqa: E402
 from reference_models.dab.comparison import DABComparison  # noqa: E402
-from reference_models.dab.config import PRESETS, T2VConfig  # noqa: E402
+from reference_models.dab.config import DEMO_ABLATIONS, PRESETS, T2VConfig, ablation_config  # noqa: E402
 from reference_models.dab.data import T2VSplit  # noqa: E402
 from reference_models.dab.evaluate import query_cost  # noqa: E402
 from reference_models.dab.model import T2VModel  # noqa: E402
@@ -93,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.config == "embedded":
         variants = {"base": default.replace(head={"variant": "base"}), "dab": default}
         if args.all_variants:
-            variants.update({name: default.replace(**changes) for name, changes in ABLATIONS.items()})
+            variants.update({name: ablation_config(default, name) for name in DEMO_ABLATIONS})
     else:
         runner = DABComparison(default)
-        variants = {name: runner.variant_config(name) for name in ("base", *COMPARISON_METHODS)}
+        variants = {name: runner.variant_config(name) for name in ("base", *runner.spec.methods)}
     rows = {}
     for name, config in variants.items():
         model, step = make_step(config, batch, args, device)
@@ -108,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backbone hidden={b.hidden} temporal_layers={b.temporal_layers} pooling={b.pooling}; batch {args.batch}, "
           f"{args.frames} frames; gallery {args.gallery} videos; threads {torch.get_num_threads()}; {device}")
     dab = rows["dab"]
-    print(f"{'variant':<12} {'step ms':>8} {'x base':>7} {'query ms':>9} {'x base':>7} {'x dab':>7} "
+    print(f"{'variant':<14} {'step ms':>8} {'x base':>7} {'query ms':>9} {'x base':>7} {'x dab':>7} "
           f"{'MFLOPs/query':>13} {'x base':>7} {'x dab':>7}")
     for name, (step_ms, latency, flops) in rows.items():
-        print(f"{name:<12} {step_ms:8.2f} {step_ms / base[0]:7.2f} {latency:9.3f} {latency / base[1]:7.2f} "
+        print(f"{name:<14} {step_ms:8.2f} {step_ms / base[0]:7.2f} {latency:9.3f} {latency / base[1]:7.2f} "
               f"{latency / dab[1]:7.2f} {flops / 1e6:13.2f} {flops / base[2]:7.2f} {flops / dab[2]:7.2f}")
     ratio = rows["dab"][0] / base[0]
     print(f"DAB training step / base: {ratio:.2f}x (goal <= 1.5x): {'OK' if ratio <= 1.5 else 'ABOVE GOAL'}")

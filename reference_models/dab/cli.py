@@ -20,7 +20,16 @@ from typing import Any, cast
 
 import torch
 
-from reference_models.dab.config import BRIDGE_CONDITIONS, COSTS, POOLINGS, RANKINGS, VARIANTS, T2VConfig
+from reference_models.dab.config import (
+    BRIDGE_CONDITIONS,
+    COSTS,
+    DEMO_ABLATIONS,
+    POOLINGS,
+    RANKINGS,
+    VARIANTS,
+    T2VConfig,
+    ablation_config,
+)
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split, validate_data_root
 from reference_models.dab.diagnostics import benchmark_labels, format_diagnostics, model_diagnostics
 from reference_models.dab.evaluate import evaluate_split, query_cost
@@ -43,21 +52,11 @@ from reference_models.engine import (
     write_json,
 )
 
-__all__ = ["main", "build_parser", "ABLATIONS", "run_variant"]
+__all__ = ["main", "build_parser", "run_variant"]
 
 # Settings of demo (module attributes so that a test can shrink them).
 DEMO_CONFIG = T2VConfig()
 DEMO_SPEC = None  # None: the documented T2VBenchmarkSpec defaults
-
-#: DAB's ablation rows trained by ``demo --ablations``, each the changes of the default (DAB) config as
-#: keyword arguments of ``T2VConfig.replace``.
-ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
-    "prob_only": {"head": {"variant": "prob"}},
-    "bridge_only": {"head": {"variant": "bridge"}},
-    "dab_w2": {"head": {"cost": "w2"}},
-    "dab_T8": {"bridge": {"n_steps": 8}},
-    "dab_T64": {"bridge": {"n_steps": 64}},
-}
 
 
 def build_parser() -> OneLineParser:
@@ -69,7 +68,7 @@ def build_parser() -> OneLineParser:
     demo.add_argument("--output-dir", type=Path, default=Path("runs/dab_demo"), help="data, runs and results.json")
     demo.add_argument("--overwrite", action="store_true", help="replace the runs already in --output-dir")
     demo.add_argument("--epochs", type=int_at_least(1), help="override the default number of epochs")
-    demo.add_argument("--ablations", action="store_true", help="also train DAB's ablation rows")
+    demo.add_argument("--ablations", action="store_true", help=f"also train DAB's ablation rows ({', '.join(DEMO_ABLATIONS)})")
 
     train = commands.add_parser("train", help="train one variant on a data root")
     add_run_arguments(train)
@@ -153,7 +152,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     out = args.output_dir
-    names = ["base", "dab", *(ABLATIONS if args.ablations else [])]
+    names = ["base", "dab", *(DEMO_ABLATIONS if args.ablations else ())]
     for name in names:
         claim_output_folder(out / name, resume=False, overwrite=args.overwrite)
     claim_output_folder(out, resume=False, overwrite=args.overwrite)
@@ -165,7 +164,7 @@ def _demo(args: argparse.Namespace) -> int:
     splits = _load(out / "data", SPLITS, config.backbone.max_frames)
     variants = {"base": config.replace(head={"variant": "base"}), "dab": config}
     if args.ablations:
-        variants.update({name: config.replace(**changes) for name, changes in ABLATIONS.items()})
+        variants.update({name: ablation_config(config, name) for name in DEMO_ABLATIONS})
     results: dict[str, Any] = {}
     for name, variant in variants.items():
         results[name] = run_variant(variant, splits, out / name, seed=args.seed, device=args.device,

@@ -6,7 +6,7 @@ generator and spec); each run trains one variant with the engine's trainer as
 :meth:`~reference_models.dab.task.T2VTask.query_ranks` ranks the 1k-A-style test (``test``) and the
 all-captions test (``test_all``); the caption kinds (``specific``, ``generic``) are the query types.
 
-Ablations (:data:`ABLATIONS`, ``--methods`` of ``python -m reference_models.compare``): one comparison folder
+Ablations (:data:`~reference_models.dab.config.ABLATIONS`, ``--methods`` of ``python -m reference_models.compare``): one comparison folder
 holds the base and any of these methods, each under its own variant name, so that each is set against the same
 base runs with the same interval; every one is DAB's config with one change.
 
@@ -29,7 +29,7 @@ from typing import Any, cast
 import torch
 
 from reference_models.dab.benchmark import T2VBenchmarkSpec, benchmark_spec, generate_t2v_benchmark
-from reference_models.dab.config import T2VConfig, preset
+from reference_models.dab.config import ABLATIONS, T2VConfig, ablation_config, preset
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split
 from reference_models.dab.diagnostics import benchmark_labels, model_diagnostics
 from reference_models.dab.evaluate import multi_positive_ranks, score_split
@@ -38,24 +38,15 @@ from reference_models.dab.task import T2VTask
 from reference_models.engine import ComparisonSpec, QueryRanks, Trainer, UserError, load_checkpoint, write_json
 from reference_models.engine import compare as grid
 
-__all__ = ["ABLATIONS", "DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "runner"]
+__all__ = ["DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "runner"]
 
 #: The extra evaluation set of the ``msrvtt-regime`` comparison: the all-captions test's generic captions, ranked
 #: by multi-positive recall (any test video of the caption's topic counts).
 MULTI_POSITIVE_SET = "generic_multi"
 #: A run's uncertainty diagnostics (Gaussian heads), next to its ``ranks.json``.
 DIAGNOSTICS_NAME = grid.DIAGNOSTICS_NAME  # the engine's name: the report reads it
-#: The methods a DAB comparison can set against its base, each one's change to DAB's config (``dab``, none).
-#: ``dab-meandist`` trains nothing: it ranks the same run's ``dab`` checkpoint by the mean distance (train
-#: ``dab`` first). ``bridge`` is the bridge on point embeddings projected to ``head.gaussian_dim`` (DAB's width).
-ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
-    "dab": {},
-    "dab-video": {"bridge": {"condition": "video"}},
-    "prob": {"head": {"variant": "prob"}},
-    "bridge": {"head": {"variant": "bridge"}, "bridge": {"point_dim": -1}},  # -1: head.gaussian_dim
-    "dab-w2": {"head": {"cost": "w2"}},
-    "dab-meandist": {"head": {"ranking": "mean_distance"}},
-}
+
+
 class DABComparison:
     """The :class:`~reference_models.engine.compare.ComparisonRunner` of DAB vs its base.
 
@@ -82,14 +73,11 @@ class DABComparison:
 
     def variant_config(self, variant: str) -> T2VConfig:
         """The config a variant trains with: the base (cosine head, text-only bridge settings) or an
-        :data:`ABLATIONS` entry applied to DAB's config."""
+        :data:`~reference_models.dab.config.ABLATIONS` entry applied to DAB's config."""
         if variant == self.spec.base:
             return self.config.replace(head={"variant": "base"}, bridge={"condition": "text"})
         self.spec.against(variant)
-        changes = {name: dict(fields) for name, fields in ABLATIONS[variant].items()}
-        if changes.get("bridge", {}).get("point_dim") == -1:
-            changes["bridge"]["point_dim"] = self.config.head.gaussian_dim
-        return self.config.replace(**changes)
+        return ablation_config(self.config, variant)
 
     def settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}

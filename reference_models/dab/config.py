@@ -13,7 +13,8 @@ from typing import Any
 from reference_models.engine import check_choice, fingerprint_differences
 
 __all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
-           "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings", "T2VConfig", "preset"]
+           "ABLATIONS", "DEMO_ABLATIONS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
+           "T2VConfig", "preset", "ablation_config"]
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
 #: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
@@ -280,3 +281,33 @@ def preset(name: str) -> T2VConfig:
     """The named config of :data:`PRESETS`; ``ValueError`` naming the choices for an unknown name."""
     check_choice(name, "DAB config preset", tuple(PRESETS))
     return PRESETS[name]
+
+
+#: DAB's ablations, the one table: each one's changes to DAB's config (keyword arguments of
+#: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
+#: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
+#: at the backbone's width. ``demo --ablations`` trains :data:`DEMO_ABLATIONS`; the comparison tool offers every
+#: one as a method (``--methods``), where ``dab-meandist`` trains nothing: it ranks the ``dab`` run's checkpoint.
+ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "dab": {},
+    "dab-video": {"bridge": {"condition": "video"}},
+    "prob": {"head": {"variant": "prob"}},
+    "bridge": {"head": {"variant": "bridge"}, "bridge": {"point_dim": -1}},
+    "bridge-hidden": {"head": {"variant": "bridge"}},
+    "dab-w2": {"head": {"cost": "w2"}},
+    "dab-T8": {"bridge": {"n_steps": 8}},
+    "dab-T64": {"bridge": {"n_steps": 64}},
+    "dab-meandist": {"head": {"ranking": "mean_distance"}},
+}
+#: The rows ``python -m reference_models.dab demo --ablations`` trains besides the base and DAB.
+DEMO_ABLATIONS = ("prob", "bridge-hidden", "dab-w2", "dab-T8", "dab-T64")
+
+
+def ablation_config(config: T2VConfig, name: str) -> T2VConfig:
+    """``config`` (DAB's) with the :data:`ABLATIONS` entry ``name`` applied; ``ValueError`` naming the choices."""
+    check_choice(name, "DAB ablation", tuple(ABLATIONS))
+    changes = {section: dict(fields) for section, fields in ABLATIONS[name].items()}
+    if changes.get("bridge", {}).get("point_dim") == -1:
+        changes["bridge"]["point_dim"] = config.head.gaussian_dim
+    return config.replace(**changes)
+
