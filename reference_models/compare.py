@@ -89,7 +89,8 @@ def build_parser() -> engine.OneLineParser:
                     "every run, a hierarchical-bootstrap interval of each metric's difference, and a verdict.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=engine.OneLineParser)
     run = sub.add_parser("run", help="train the runs not done yet, then write the report")
-    run.add_argument("--task", choices=tuple(TASKS), required=True)
+    run.add_argument("--task", choices=tuple(TASKS), required=True,
+                     help="the reference model whose method and base are compared")
     run.add_argument("--seeds", type=_seed_list, default=[0, 1, 2], help="training seeds (default 0,1,2)")
     run.add_argument("--data-seeds", type=_seed_list, default=[0, 1], help="benchmark instances (default 0,1)")
     run.add_argument("--out", type=Path, required=True, help="the comparison folder (data, runs, results)")
@@ -99,7 +100,8 @@ def build_parser() -> engine.OneLineParser:
     run.add_argument("--benchmark", choices=sorted({n for names in BENCHMARK_NAMES.values() for n in names}),
                      help="the named benchmark instance (default: the task's embedded one; the paper's regime: "
                           "holmes: tvr-regime, hud: covr-regime, dab: msrvtt-regime)")
-    run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu")
+    run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu",
+                     help="torch device of every run (default: cuda when available, else cpu)")
     run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     run.add_argument("--no-report", action="store_true", help="train only; merge later with report")
     run.add_argument("--methods", type=_name_list,
@@ -107,7 +109,7 @@ def build_parser() -> engine.OneLineParser:
                           "dab; default: the task's method)")
     _report_arguments(run)
     rep = sub.add_parser("report", help="merge every finished run of --out: results.json, table, figure")
-    rep.add_argument("--out", type=Path, required=True)
+    rep.add_argument("--out", type=Path, required=True, help="the comparison folder written by run")
     rep.add_argument("--methods", type=_name_list,
                      help="which methods to report against the base (default: the comparison's method); with "
                           "several, also the ablation table (ablations.json)")

@@ -84,13 +84,13 @@ def build_parser() -> OneLineParser:
 
     evaluate = commands.add_parser("evaluate", help="evaluate a checkpoint on a split")
     evaluate.add_argument("--checkpoint", type=Path, required=True, help="best.pt or last.pt of a run")
-    evaluate.add_argument("--data-root", type=Path, required=True)
-    evaluate.add_argument("--split", choices=SPLITS, default="test")
+    evaluate.add_argument("--data-root", type=Path, required=True, help="folder in the MSR-VTT layout")
+    evaluate.add_argument("--split", choices=SPLITS, default="test", help="the split to score (default: test)")
     evaluate.add_argument("--device", type=device_arg, default="cpu", help="torch device (default: cpu)")
     evaluate.add_argument("--output", type=Path, help="also write the metrics to this JSON file")
 
     validate = commands.add_parser("validate", help="check a data root; writes nothing")
-    validate.add_argument("--data-root", type=Path, required=True)
+    validate.add_argument("--data-root", type=Path, required=True, help="folder in the MSR-VTT layout")
     return parser
 
 

@@ -71,7 +71,9 @@ from reference_models.engine.run_folder import (
     RunLock,
     clear_run,
     existing_run_files,
+    holds_runs,
     prepare_output_folder,
+    unused_folder,
 )
 from reference_models.engine.task import StepTerms, TrainingSchedule, TrainingTask
 from reference_models.engine.trainer import (
@@ -89,6 +91,7 @@ __all__ = [
     "CheckpointError", "RUN_OUTPUTS", "atomic_write", "save_checkpoint", "load_checkpoint", "require_keys",
     "remove_orphan_temporaries", "seed_everything", "capture_rng_state", "restore_rng_state",
     "RunLock", "LOCK_NAME", "OutputFolderError", "prepare_output_folder", "existing_run_files", "clear_run",
+    "holds_runs", "unused_folder",
     "clip_gradients", "build_scheduler", "warmup_linear_decay", "bert_warmup_linear", "LR_SCHEDULES",
     "GRAD_CLIP_MODES",
     "fingerprint_differences",

@@ -24,7 +24,8 @@ try:
 except ImportError:  # pragma: no cover - Windows: fall back to an exclusive-create lock file
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["OutputFolderError", "RunLock", "LOCK_NAME", "prepare_output_folder", "existing_run_files", "clear_run"]
+__all__ = ["OutputFolderError", "RunLock", "LOCK_NAME", "prepare_output_folder", "existing_run_files", "clear_run",
+           "holds_runs", "unused_folder"]
 
 #: Name of the lock file inside an output folder.
 LOCK_NAME = ".lock"
@@ -52,6 +53,23 @@ def existing_run_files(folder: str | Path) -> list[str]:
     """The names of the run outputs (``last.pt``, ``best.pt``, ``config.json``, ``results.json``) in ``folder``."""
     folder = Path(folder)
     return [name for name in RUN_OUTPUTS if (folder / name).exists()]
+
+
+def holds_runs(folder: str | Path) -> bool:
+    """Whether ``folder`` or a folder below it holds a run output (:func:`existing_run_files`)."""
+    folder = Path(folder)
+    return folder.is_dir() and any(any(folder.rglob(name)) for name in RUN_OUTPUTS)
+
+
+def unused_folder(folder: str | Path) -> Path:
+    """``folder`` when it holds no run (:func:`holds_runs`), else the first of ``<folder>-2``, ``<folder>-3``, ...
+    that holds none: where a command with a default output folder writes without replacing an earlier run."""
+    folder = Path(folder)
+    candidate, number = folder, 1
+    while holds_runs(candidate) or (candidate.exists() and not candidate.is_dir()):
+        number += 1
+        candidate = folder.with_name(f"{folder.name}-{number}")
+    return candidate
 
 
 def clear_run(folder: str | Path) -> list[Path]:

@@ -57,6 +57,8 @@ __all__ = ["main", "build_parser", "run_comparison"]
 EXIT_USER_ERROR = EXIT_INVALID_DATA = engine.EXIT_USER_ERROR
 
 _BATCH_WHY = " (a video's only negatives are the other videos of its batch)"
+#: The demo's output folder when ``--output-dir`` is not given.
+_DEMO_FOLDER = Path("runs/demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--checkpoint", type=Path, required=True, help="best.pt or last.pt of a run")
     data_args(evaluate)
     engine.add_device_arguments(evaluate)
-    evaluate.add_argument("--split", choices=("train", "val", "test"), default="test")
+    evaluate.add_argument("--split", choices=("train", "val", "test"), default="test",
+                          help="the split to score (default: test)")
     evaluate.add_argument("--output", type=Path, help="write the metrics to this JSON file")
     evaluate.add_argument("--index", type=_index_arg, metavar="{exact,faiss[:TYPE]}",
                           help="large galleries: keep each query's top-k, exact and streamed ('exact') or from a "
@@ -106,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="embedded benchmark: Holmes vs the MIL baseline")
     engine.add_device_arguments(demo)
-    demo.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="data, runs and results.json")
+    demo.add_argument("--output-dir", type=Path,
+                      help=f"data, runs and results.json (default: {_DEMO_FOLDER}, or {_DEMO_FOLDER}-2, -3, ... when an "
+                           "earlier demo is there; a folder named here that holds a run needs --overwrite)")
+    demo.add_argument("--overwrite", action="store_true", help="replace the runs already in --output-dir")
     demo.add_argument("--epochs", type=engine.int_at_least(1), help="override the embedded preset's number of epochs")
     demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant")
 
@@ -380,10 +386,25 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 
 # --- demo -----------------------------------------------------------------------------------------
+def _demo_output_folder(args: argparse.Namespace) -> Path:
+    """Where the demo writes: the default folder, or the next unused one after it, so that an earlier demo stays;
+    a folder named with ``--output-dir`` that holds a run is refused unless ``--overwrite`` (its runs are cleared)."""
+    if args.output_dir is None:
+        return engine.unused_folder(_DEMO_FOLDER)
+    out = Path(args.output_dir)
+    if engine.holds_runs(out) and not args.overwrite:
+        raise engine.OutputFolderError(f"--output-dir {out} already holds a demo; add --overwrite to replace it, or "
+                                       "leave --output-dir out to write into a new folder")
+    for name in ("", "holmes", "baseline", "dab"):
+        engine.clear_run(out / name)
+    return out
+
+
 def _demo(args: argparse.Namespace) -> int:
     if args.device == "cpu":
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
-    out = Path(args.output_dir)
+    out = _demo_output_folder(args)
+    print(f"writing the embedded benchmark, the runs and results.json to {out}", flush=True)
     start = time.perf_counter()
     generate_embedded_benchmark(out / "data", "embedded", seed=args.seed)
     base = preset("embedded")

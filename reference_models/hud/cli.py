@@ -52,11 +52,13 @@ def _data_arguments(parser: argparse.ArgumentParser, required: bool = True) -> N
 
 
 def _config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--method", choices=tuple(METHODS), default="hud")
+    parser.add_argument("--method", choices=tuple(METHODS), default="hud", help="HUD or its base (default: hud)")
     parser.add_argument("--derivative", type=int, choices=DERIVATIVE_CHOICES, default=0,
                         help="HUD Table 4 derivative D#N (0 = full HUD)")
-    parser.add_argument("--lr", type=engine.positive_number, default=HUDRunConfig.lr)
-    parser.add_argument("--batch-size", type=engine.int_at_least(2), default=HUDRunConfig.batch_size)
+    parser.add_argument("--lr", type=engine.positive_number, default=HUDRunConfig.lr,
+                        help=f"learning rate (default: {HUDRunConfig.lr:g})")
+    parser.add_argument("--batch-size", type=engine.int_at_least(2), default=HUDRunConfig.batch_size,
+                        help=f"triplets (reference video, edit text, target video) per batch, >= 2 (default: {HUDRunConfig.batch_size})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_run_arguments(train, "runs/hud_train")
     evaluate = sub.add_parser("evaluate", help="recalls of a checkpoint on a split")
     _data_arguments(evaluate)
-    evaluate.add_argument("--checkpoint", type=Path, required=True)
-    evaluate.add_argument("--split", choices=SPLITS, default="test")
+    evaluate.add_argument("--checkpoint", type=Path, required=True, help="best.pt or last.pt of a run")
+    evaluate.add_argument("--split", choices=SPLITS, default="test", help="the split to score (default: test)")
     evaluate.add_argument("--output", type=Path, help="also write the metrics to this JSON file")
     engine.add_device_arguments(evaluate)
     validate = sub.add_parser("validate", help="check a data root")

@@ -14,8 +14,7 @@ from torch.distributions import Normal, kl_divergence
 import reference_models.dab.model as model_module
 from reference_models import compare as cli
 from reference_models.dab.comparison import DABComparison
-from reference_models.dab.config import ABLATIONS
-from reference_models.dab.config import T2VConfig
+from reference_models.dab.config import ABLATIONS, T2VConfig
 from reference_models.dab.model import T2VModel
 from reference_models.engine import UserError
 from reference_models.engine import compare as grid
