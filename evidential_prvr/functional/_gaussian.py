@@ -254,8 +254,8 @@ validate_args : bool, optional
 def _check_paired_inputs(
     source_mu: torch.Tensor, source_logvar: torch.Tensor, target_mu: torch.Tensor, target_logvar: torch.Tensor,
     validate_args: bool | None,
-) -> torch.Size:
-    """Validate matched ``[..., D]`` Gaussians; returns the broadcast shape of the four tensors."""
+) -> None:
+    """Validate matched ``[..., D]`` Gaussians whose source and target shapes broadcast."""
     _check_gaussian(source_mu, source_logvar, "source", ndim=None, validate_args=validate_args)
     _check_gaussian(target_mu, target_logvar, "target", ndim=None, validate_args=validate_args)
     if source_mu.dim() < 1 or target_mu.dim() < 1 or source_mu.shape[-1] != target_mu.shape[-1]:
@@ -266,7 +266,7 @@ def _check_paired_inputs(
     if source_mu.device != target_mu.device:
         raise ValueError(f"source and target must be on the same device, got {source_mu.device} and {target_mu.device}")
     try:
-        return torch.broadcast_shapes(source_mu.shape, target_mu.shape)
+        torch.broadcast_shapes(source_mu.shape, target_mu.shape)
     except RuntimeError:
         raise ValueError(
             "source and target shapes must broadcast against each other, got "

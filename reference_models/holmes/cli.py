@@ -34,7 +34,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -257,6 +257,7 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     alone writes the folder and evaluates the best weights on the test split)."""
     from reference_models.engine import Trainer
     from reference_models.holmes.evaluate import evaluate_retrieval, model_parameters
+    from reference_models.holmes.objective import HolmesObjective
     from reference_models.holmes.selective import fit_retrieval_uncertainty, format_uncertainty_tables
     from reference_models.holmes.task import HolmesTask
 
@@ -282,11 +283,12 @@ def _train_locked(args: argparse.Namespace, cfg: HolmesConfig, splits: dict[str,
     if not run.is_writer:
         return 0
     model = trainer.load_best()
+    objective = cast(HolmesObjective, trainer.objective)  # HolmesTask.build_objective's
     planted = _planted(args.data_root, args.collection)
-    uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=device,
+    uncertainty = fit_retrieval_uncertainty(model, objective, splits["val"], cfg, device=device,
                                             planted_types=planted, kl_margin=True)
     test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
-                              identifier=trainer.objective.identifier(), uncertainty=uncertainty)
+                              identifier=objective.identifier(), uncertainty=uncertainty)
     results = {
         "config": cfg.to_dict(),
         "seed": args.seed,
@@ -446,6 +448,7 @@ def run_comparison(
     """
     from reference_models.engine import Trainer
     from reference_models.holmes.evaluate import evaluate_retrieval
+    from reference_models.holmes.objective import HolmesObjective
     from reference_models.holmes.selective import fit_retrieval_uncertainty
     from reference_models.holmes.task import HolmesTask
 
@@ -461,10 +464,11 @@ def run_comparison(
                           show_progress=show_progress, num_workers=num_workers, verbose=True)
         fit = trainer.fit()
         model = trainer.load_best()
-        uncertainty = fit_retrieval_uncertainty(model, trainer.objective, splits["val"], cfg, device=device,
+        objective = cast(HolmesObjective, trainer.objective)  # HolmesTask.build_objective's
+        uncertainty = fit_retrieval_uncertainty(model, objective, splits["val"], cfg, device=device,
                                                 planted_types=planted, kl_margin=True)
         test = evaluate_retrieval(model, splits["test"], cfg, device=device, planted_types=planted,
-                                  identifier=trainer.objective.identifier(), uncertainty=uncertainty).to_dict()
+                                  identifier=objective.identifier(), uncertainty=uncertainty).to_dict()
         test["best_epoch"] = fit.best_epoch
         test["best_val_sumr"] = fit.best_metric
         test["train_seconds"] = time.perf_counter() - t0
