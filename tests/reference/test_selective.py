@@ -77,6 +77,9 @@ def test_fit_on_val_and_evaluate_on_test():
     json.dumps(result)  # JSON-ready (NaN aside, which the CLI turns into null)
     table = format_uncertainty_tables({"toy": result})
     assert "toy" in table and "max_score" in table and "macro-F1 fitted" in table
+    assert "macro-F1 paper rule" in table.splitlines()[1] and " - " in table.splitlines()[3]  # no whole-gallery run
+    with_paper_rule = format_uncertainty_tables({"toy": {**result, "identification": {"macro_f1": 0.2684}}})
+    assert with_paper_rule.splitlines()[3].split()[:2] == ["toy", "0.268"]
 
 
 def test_without_types_the_fit_uses_correctness_and_reports_nan():
