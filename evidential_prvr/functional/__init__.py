@@ -33,14 +33,8 @@ from evidential_prvr.functional._retrieval_losses import (
 )
 
 # Gaussian embeddings (DAB, HUD)
-from evidential_prvr.functional._gaussian import (
-    kl_margin,
-    paired_gaussian_kl,
-    paired_wasserstein2,
-    pairwise_gaussian_kl,
-    pairwise_wasserstein2,
-    reparameterised_sample,
-)
+from evidential_prvr.functional._gaussian import kl_margin, pairwise_gaussian_kl, pairwise_wasserstein2, reparameterised_sample
+from evidential_prvr.functional._gaussian import paired_gaussian_kl, paired_wasserstein2
 from evidential_prvr.functional._dab import bounded_contraction, bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
 from evidential_prvr.functional._hud import batch_classification_loss, biased_max_similarity, holistic_atomistic_consistency_loss
 
