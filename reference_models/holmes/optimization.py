@@ -14,7 +14,7 @@ Weight decay (``no_decay=``) is left off
 
 The learning-rate schedules (``lr_schedule=``: ``"bert_warmup_linear"``, the release's, or ``"warmup_linear"``)
 and gradient clipping (``grad_clip_mode=``: ``"per_parameter"``, the release's, or ``"global"``) are the shared
-engine's (:mod:`reference_models.engine.optimization`), re-exported here under their old names.
+engine's (:mod:`reference_models.engine.optimization`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from reference_models.engine import (
-    GRAD_CLIP_MODES,
-    LR_SCHEDULES,
-    bert_warmup_linear,
-    build_scheduler,
-    check_choice,
-    clip_gradients,
-    warmup_linear_decay,
-)
+from reference_models.engine import check_choice
 from reference_models.holmes.bert_adam import BertStyleAdam
 from reference_models.holmes.config import OptimSettings
 from reference_models.holmes.model import InputProjection, LearnedPositionalEmbedding
@@ -40,15 +32,9 @@ from reference_models.holmes.model import InputProjection, LearnedPositionalEmbe
 __all__ = [
     "OPTIMIZERS",
     "NO_DECAY_RULES",
-    "LR_SCHEDULES",
-    "GRAD_CLIP_MODES",
     "decay_groups",
     "build_optimizer",
     "optimizer_from_settings",
-    "warmup_linear_decay",
-    "bert_warmup_linear",
-    "build_scheduler",
-    "clip_gradients",
 ]
 
 OPTIMIZERS = ("bert_adam", "adamw")
@@ -116,7 +102,7 @@ def build_optimizer(
         Adam's ε and (β1, β2).
     max_grad_norm : float
         Per-tensor clipping norm of ``"bert_adam"`` (0: none); ``"adamw"`` ignores it (use
-        :func:`clip_gradients`).
+        :func:`~reference_models.engine.clip_gradients`).
     """
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     decay, skip = decay_groups(modules, no_decay)
@@ -129,7 +115,7 @@ def build_optimizer(
 
 def optimizer_from_settings(modules: Iterable[nn.Module], settings: OptimSettings) -> torch.optim.Optimizer:
     """:func:`build_optimizer` with the choices of ``settings``. The optimiser does not clip: the trainer
-    clips with :func:`clip_gradients` (``settings.grad_clip_mode``) before each step."""
+    clips with :func:`~reference_models.engine.clip_gradients` (``settings.grad_clip_mode``) before each step."""
     return build_optimizer(
         modules, settings.lr, settings.weight_decay, optimizer=settings.optimizer, no_decay=settings.no_decay,
         eps=settings.eps, betas=settings.betas, max_grad_norm=0.0,

@@ -9,18 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from reference_models.engine import Trainer
+from reference_models.engine import Trainer, bert_warmup_linear, build_scheduler, clip_gradients
 from reference_models.holmes.bert_adam import BertStyleAdam
 from reference_models.holmes.config import preset
 from reference_models.holmes.data import load_split
 from reference_models.holmes.model import HolmesModel
-from reference_models.holmes.optimization import (
-    bert_warmup_linear,
-    build_optimizer,
-    build_scheduler,
-    clip_gradients,
-    decay_groups,
-)
+from reference_models.holmes.optimization import build_optimizer, decay_groups
 from reference_models.holmes.task import HolmesTask
 from tests.reference.data_helpers import COLLECTION, make_tiny_benchmark
 from tests.reference.test_model import small_config

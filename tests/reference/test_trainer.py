@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from reference_models.engine import Trainer
+from reference_models.engine import Trainer, build_scheduler
 from reference_models.holmes import checkpoint as ckpt
 from reference_models.holmes.cli import main
 from reference_models.holmes.config import ABLATIONS, HolmesConfig, preset
@@ -17,7 +17,7 @@ from reference_models.holmes.data import load_split, make_train_loader
 from reference_models.holmes.evaluate import identification_report, per_type_recall_at_1
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.optimization import build_optimizer, build_scheduler
+from reference_models.holmes.optimization import build_optimizer
 from reference_models.holmes.task import HolmesTask
 from tests.reference.data_helpers import COLLECTION, make_tiny_benchmark
 
