@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from reference_models.engine import Trainer, build_scheduler
-from reference_models.holmes import checkpoint as ckpt
+from reference_models.engine import checkpoint as ckpt
 from reference_models.holmes.cli import main
 from reference_models.holmes.config import ABLATIONS, HolmesConfig, preset
 from reference_models.holmes.dab_variant import one_query_per_video
