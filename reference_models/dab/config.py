@@ -283,7 +283,7 @@ def preset(name: str) -> T2VConfig:
     return PRESETS[name]
 
 
-#: DAB's ablations, the one table: each one's changes to DAB's config (keyword arguments of
+#: Every DAB ablation, as its changes to DAB's config (keyword arguments of
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
 #: at the backbone's width. ``demo --ablations`` trains :data:`DEMO_ABLATIONS`; the comparison tool offers every

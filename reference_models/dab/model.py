@@ -76,7 +76,7 @@ class HeadPlan:
     bridge : {"none", "text", "video"}
         No bridge, a bridge of the text alone (one chain per text; ``dab``, ``bridge``), or a bridge of the text
         toward each video (``bridge.condition = "video"``, one chain per text-video pair).
-    pairwise_cost, paired_cost : callable
+    pairwise_cost, paired_cost : collections.abc.Callable
         The library's cost of ``head.cost``: every video against every text
         (:func:`~evidential_prvr.functional.pairwise_gaussian_kl` / ``pairwise_wasserstein2``) and pair by pair
         (:func:`~evidential_prvr.functional.paired_gaussian_kl` / ``paired_wasserstein2``).

@@ -130,7 +130,7 @@ class TrainingTask(metaclass=abc.ABCMeta):
         """Move ``batch`` to ``device``, run the model and the objective, and return the step's terms.
 
         Runs inside the engine's autocast context. When the objective refuses non-finite model outputs, raise
-        :class:`~reference_models.engine.trainer.NonFiniteOutputError` so that the engine reports divergence.
+        :class:`~reference_models.engine.errors.NonFiniteOutputError` so that the engine reports divergence.
         """
 
     @abc.abstractmethod
