@@ -83,7 +83,7 @@ def test_checkpoints_are_written_and_loadable(splits, tmp_path):
     trainer.fit(stop_after_epoch=0)
     assert (tmp_path / "last.pt").is_file() and (tmp_path / "best.pt").is_file() and (tmp_path / "train.log").is_file()
     state = ckpt.load_checkpoint(tmp_path / "last.pt")  # weights_only=True inside
-    assert state["epoch"] == 0 and HolmesConfig.from_dict(state["config"]) == trainer.config
+    assert state["epoch"] == 0 and HolmesConfig.from_dict(state["config"]) == trainer.task.config
     assert {"model", "optimizer", "scheduler", "rng", "best_metric", "bad_epochs"} <= set(state)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
