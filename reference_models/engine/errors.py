@@ -1,5 +1,7 @@
-"""The errors a user of a reference model can fix (a file, a flag or a value): :class:`UserError`, and
-:class:`DataValidationError` for a data file that is missing or holds inconsistent data.
+"""The errors a user of a reference model can fix (a file, a flag or a value): :class:`UserError`,
+:class:`DataValidationError` for a data file that is missing or holds inconsistent data, and the trainer's
+:class:`ResumeMismatchError` and :class:`TrainingDivergedError` (with :class:`NonFiniteOutputError`, which a
+task raises for the trainer to report as a divergence).
 
 The command line of every reference model (:func:`reference_models.engine.run_main`) prints the one-line
 message of a :class:`UserError` as ``error: <message>`` on standard error and exits with status 2, without a
@@ -61,7 +63,6 @@ class TrainingDivergedError(UserError, ArithmeticError):
 class NonFiniteOutputError(ArithmeticError):
     """Raised by a :meth:`TrainingTask.training_step` whose objective refused the model's non-finite outputs;
     the trainer reports it as :class:`TrainingDivergedError` at that step."""
-
 
 
 def check_choice(value: object, name: str, choices: tuple[object, ...]) -> None:
