@@ -12,21 +12,23 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, cast, overload
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
+    resolve_overrides,
     settings_from_preset,
     settings_properties,
     settings_repr,
 )
 from evidential_prvr.distributed import is_distributed
-from evidential_prvr.functional._dirichlet_loss import reduce_rows
+from evidential_prvr.functional._dirichlet_loss import Reduction, reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
     NCE_VIDEO_TO_TEXT,
     VIDEO_NEGATIVES,
@@ -39,7 +41,7 @@ from evidential_prvr.functional._retrieval_losses import (
     run_base_retrieval_loss,
     triplet_ranking_loss,
 )
-from evidential_prvr.presets import apply_overrides, module_settings
+from evidential_prvr.presets import module_settings
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -53,7 +55,7 @@ __all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetri
 
 
 class _LossOverrides(TypedDict, total=False):
-    reduction: str
+    reduction: Reduction
     validate_args: bool | None
     distributed: bool
 
@@ -64,13 +66,13 @@ class TripletRankingLossOverrides(_LossOverrides, total=False):
     margin: float
     hard_negative_topk: int
     use_hard_negatives: bool
-    video_negative: str
+    video_negative: VideoNegative
 
 
 class InfoNCELossOverrides(_LossOverrides, total=False):
     """The keyword overrides of :meth:`InfoNCELoss.from_preset`: its constructor's arguments."""
 
-    video_to_text: str
+    video_to_text: NCEVideoToText
 
 
 class QueryDiversityLossOverrides(_LossOverrides, total=False):
@@ -89,8 +91,8 @@ class BaseRetrievalLossOverrides(_LossOverrides, total=False):
     margin: float
     div_delta: float
     hard_negative_topk: int
-    video_negative: str
-    nce_video_to_text: str
+    video_negative: VideoNegative
+    nce_video_to_text: NCEVideoToText
     div_alpha: float
     div_lambda: float
     frame_nce_weight: float
@@ -107,7 +109,7 @@ def _from_base_section(cls: type[T], preset: str, dataset: str | None, overrides
     base = module_settings(preset, dataset).require("base", f"{cls.__name__}.from_preset({preset!r})")
     kwargs = {arg: getattr(base, field) for arg, field in fields.items()}
     kwargs.update(fixed, reduction="mean", validate_args=None, distributed=False)
-    return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+    return cls(**resolve_overrides(kwargs, overrides, cls.__name__)[0])
 
 
 class TripletRankingLoss(_ReducedLoss):
@@ -134,8 +136,8 @@ class TripletRankingLoss(_ReducedLoss):
         margin: float = 0.2,
         hard_negative_topk: int = 20,
         use_hard_negatives: bool = False,
-        video_negative: str = "hardest",
-        reduction: str = "mean",
+        video_negative: VideoNegative = "hardest",
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -146,7 +148,7 @@ class TripletRankingLoss(_ReducedLoss):
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
-        self.video_negative = cast(VideoNegative, video_negative)  # one of VIDEO_NEGATIVES (checked above)
+        self.video_negative = video_negative
         self.distributed = bool(distributed)
 
     @classmethod
@@ -195,11 +197,11 @@ class InfoNCELoss(_ReducedLoss):
     Predictive Coding", 2018.
     """
 
-    def __init__(self, video_to_text: str = "release", reduction: str = "mean",
+    def __init__(self, video_to_text: NCEVideoToText = "release", reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
         super().__init__(reduction, validate_args)
-        self.video_to_text = cast(NCEVideoToText, video_to_text)  # one of NCE_VIDEO_TO_TEXT (checked above)
+        self.video_to_text = video_to_text
         self.distributed = bool(distributed)
 
     @classmethod
@@ -238,7 +240,7 @@ class QueryDiversityLoss(_ReducedLoss):
     Holmes (ICML 2026), Eq. 23; Wang et al., "GMMFormer", AAAI 2024.
     """
 
-    def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: str = "mean",
+    def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_positive(alpha, "alpha")
         check_in_range(delta, "delta", -2.0, 2.0)
@@ -324,8 +326,8 @@ class BaseRetrievalLoss(_SettingsLoss):
         margin: float
         div_delta: float
         hard_negative_topk: int
-        video_negative: str
-        nce_video_to_text: str
+        video_negative: VideoNegative
+        nce_video_to_text: NCEVideoToText
         div_alpha: float
         div_lambda: float
         frame_nce_weight: float
@@ -343,11 +345,11 @@ class BaseRetrievalLoss(_SettingsLoss):
         div_alpha: float = 32.0,
         div_delta: float = 0.2,
         div_lambda: float = 1.0,
-        video_negative: str = "hardest",
-        nce_video_to_text: str = "release",
+        video_negative: VideoNegative = "hardest",
+        nce_video_to_text: NCEVideoToText = "release",
         hard_negative_topk: int = 20,
         use_hard_negatives: bool = False,
-        reduction: str = "mean",
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -361,7 +363,7 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,
-                      reduction: str = "mean", validate_args: bool | None = None,
+                      reduction: Reduction = "mean", validate_args: bool | None = None,
                       distributed: bool = False) -> BaseRetrievalLoss:
         """The loss of a ``BaseRetrievalSettings`` (e.g. ``BaseRetrievalSettings.from_sections`` of a
         registry entry)."""
@@ -389,27 +391,9 @@ class BaseRetrievalLoss(_SettingsLoss):
         return (f"{settings_repr(self._settings)}, use_hard_negatives={self.use_hard_negatives}, "
                 f"reduction={self.reduction!r}")
 
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
-                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
-                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
-                return_details: Literal[False] = ..., hard_negatives: bool | None = ...) -> torch.Tensor: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
-                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
-                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
-                return_details: Literal[True], hard_negatives: bool | None = ...) -> BaseRetrievalLossDetails: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
-                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
-                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
-                return_details: bool = ..., hard_negatives: bool | None = ...
-                ) -> torch.Tensor | BaseRetrievalLossDetails: ...
-
-    def forward(
+    def _loss(
         self,
+        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_emb: torch.Tensor,
@@ -418,13 +402,8 @@ class BaseRetrievalLoss(_SettingsLoss):
         frame_logits: torch.Tensor | None = None,
         clip_logits: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
-        return_details: bool = False,
         hard_negatives: bool | None = None,
     ) -> torch.Tensor | BaseRetrievalLossDetails:
-        """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings ``[Q, d]`` and the
-        positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given. Details on request.
-        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
-        :class:`~evidential_prvr.HolmesCriterion` applies its schedule)."""
         hard = self.use_hard_negatives if hard_negatives is None else bool(hard_negatives)
         diversity = None
         with shared_gathers():
@@ -440,8 +419,17 @@ class BaseRetrievalLoss(_SettingsLoss):
             return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, self._settings,
                                            hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
                                            generator=generator, reduction=self.reduction,
-                                           return_details=return_details, validate_args=self.validate_args,
+                                           return_details=details, validate_args=self.validate_args,
                                            diversity=diversity)
+
+    forward = loss_method(_loss, """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings
+        ``[Q, d]`` and the positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given.
+        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
+        :class:`~evidential_prvr.HolmesCriterion` applies its schedule); ``generator`` draws the triplet
+        negatives.""")
+    details = details_method(_loss, BaseRetrievalLossDetails, """The arguments of :meth:`forward`; returns every
+        term (:class:`~evidential_prvr.BaseRetrievalLossDetails`, whose ``loss`` is what :meth:`forward` returns).
+        Called directly, it does not run the module's hooks.""")
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

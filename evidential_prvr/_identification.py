@@ -17,7 +17,15 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
-from evidential_prvr.functional._identification import Identification, IdentificationSettings, run_identify
+from evidential_prvr.functional._evidence import TanhScaling
+from evidential_prvr.functional._identification import (
+    EntropyMedian,
+    Fusion,
+    Identification,
+    IdentificationSettings,
+    run_identify,
+)
+from evidential_prvr.functional._targets import MatchRule
 from evidential_prvr.presets import module_settings
 
 if sys.version_info >= (3, 11):
@@ -34,10 +42,10 @@ class IdentifierOverrides(TypedDict, total=False):
 
     beta: float
     tau: float
-    tanh_scaling: str
-    entropy_median: str
-    matched: str
-    fusion: str
+    tanh_scaling: TanhScaling
+    entropy_median: EntropyMedian
+    matched: MatchRule
+    fusion: Fusion
     validate_args: bool | None
     distributed: bool
 
@@ -89,10 +97,10 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
     if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of IdentificationSettings)
         beta: float
         tau: float
-        tanh_scaling: str
-        entropy_median: str
-        matched: str
-        fusion: str
+        tanh_scaling: TanhScaling
+        entropy_median: EntropyMedian
+        matched: MatchRule
+        fusion: Fusion
         _settings: IdentificationSettings
 
     def __init__(
@@ -100,10 +108,10 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         *,
         beta: float = 0.3,
         tau: float = 0.1,
-        tanh_scaling: str = "inside",
-        entropy_median: str = "candidates",
-        matched: str = "any_positive",
-        fusion: str = "uncertainty_dominant",
+        tanh_scaling: TanhScaling = "inside",
+        entropy_median: EntropyMedian = "candidates",
+        matched: MatchRule = "any_positive",
+        fusion: Fusion = "uncertainty_dominant",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import _SettingsLoss
@@ -16,7 +17,17 @@ from evidential_prvr._overrides import (
     settings_from_preset,
     settings_properties,
 )
-from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, run_inter_video_loss
+from evidential_prvr.functional._dirichlet_loss import Reduction
+from evidential_prvr.functional._evidence import TanhScaling
+from evidential_prvr.functional._identification import EntropyMedian, Fusion
+from evidential_prvr.functional._inter_video import (
+    CalibrationSet,
+    InterTerm,
+    InterVideoLossDetails,
+    InterVideoSettings,
+    run_inter_video_loss,
+)
+from evidential_prvr.functional._targets import MatchRule
 from evidential_prvr.presets import module_settings
 
 if sys.version_info >= (3, 11):
@@ -33,15 +44,15 @@ class EvidentialRetrievalLossOverrides(TypedDict, total=False):
 
     beta: float
     tau: float
-    tanh_scaling: str
-    entropy_median: str
-    matched: str
-    fusion: str
+    tanh_scaling: TanhScaling
+    entropy_median: EntropyMedian
+    matched: MatchRule
+    fusion: Fusion
     gamma: float
     calibrate: bool
-    calibration_set: str
-    terms: tuple[str, ...]
-    reduction: str
+    calibration_set: CalibrationSet
+    terms: tuple[InterTerm, ...]
+    reduction: Reduction
     validate_args: bool | None
     distributed: bool
 
@@ -107,14 +118,14 @@ class EvidentialRetrievalLoss(_SettingsLoss):
     if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of InterVideoSettings)
         beta: float
         tau: float
-        tanh_scaling: str
-        entropy_median: str
-        matched: str
-        fusion: str
+        tanh_scaling: TanhScaling
+        entropy_median: EntropyMedian
+        matched: MatchRule
+        fusion: Fusion
         gamma: float
         calibrate: bool
-        calibration_set: str
-        terms: tuple[str, ...]
+        calibration_set: CalibrationSet
+        terms: tuple[InterTerm, ...]
         _settings: InterVideoSettings
 
     def __init__(
@@ -122,15 +133,15 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         *,
         beta: float = 0.3,
         tau: float = 0.1,
-        tanh_scaling: str = "inside",
-        entropy_median: str = "candidates",
-        matched: str = "any_positive",
-        fusion: str = "uncertainty_dominant",
+        tanh_scaling: TanhScaling = "inside",
+        entropy_median: EntropyMedian = "candidates",
+        matched: MatchRule = "any_positive",
+        fusion: Fusion = "uncertainty_dominant",
         gamma: float = 0.2,
         calibrate: bool = True,
-        calibration_set: str = "refined",
-        terms: tuple[str, ...] = ("frame", "clip", "fused"),
-        reduction: str = "mean",
+        calibration_set: CalibrationSet = "refined",
+        terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -141,7 +152,7 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_settings(cls, settings: InterVideoSettings, *, reduction: str = "mean",
+    def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",
                       validate_args: bool | None = None, distributed: bool = False) -> EvidentialRetrievalLoss:
         """The loss of an :class:`~evidential_prvr.presets.InterVideoSettings` (e.g. a registry section)."""
         return module_from_settings(cls, InterVideoSettings, settings, reduction=reduction, validate_args=validate_args,
@@ -173,36 +184,29 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         :func:`~evidential_prvr.functional.inter_video_loss` as one object."""
         return self._settings
 
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: Literal[False] = ..., *, calibrate: bool | None = ...) -> torch.Tensor: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: Literal[True], *, calibrate: bool | None = ...) -> InterVideoLossDetails: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: bool = ..., *, calibrate: bool | None = ...) -> torch.Tensor | InterVideoLossDetails: ...
-
-    def forward(
+    def _loss(
         self,
+        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_video: torch.Tensor,
-        return_details: bool = False,
         *,
         calibrate: bool | None = None,
     ) -> torch.Tensor | InterVideoLossDetails:
-        """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives ``query_video``
-        (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``); details on request. ``calibrate``, when
-        given, replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion`
-        runs the warm-up stage)."""
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
             return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
-                                        return_details, self.validate_args, calibrate=calibrate)
+                                        details, self.validate_args, calibrate=calibrate)
+
+    forward = loss_method(_loss, """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
+        ``query_video`` (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``). ``calibrate``, when given,
+        replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion` runs
+        the warm-up stage).""")
+    details = details_method(_loss, InterVideoLossDetails, """The arguments of :meth:`forward`; returns what
+        L_inter computed (:class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is what :meth:`forward`
+        returns; the identification runs even without calibration). Called directly, it does not run the
+        module's hooks.""")
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

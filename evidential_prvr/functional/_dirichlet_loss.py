@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
 from evidential_prvr._checks import (
@@ -14,14 +16,16 @@ from evidential_prvr._checks import (
 )
 from evidential_prvr.functional._evidence import check_alpha
 
-__all__ = ["REDUCTIONS", "dirichlet_mse_loss"]
+__all__ = ["Reduction", "REDUCTIONS", "dirichlet_mse_loss"]
 
-REDUCTIONS = ("mean", "sum", "none")
+Reduction = Literal["mean", "sum", "none"]
+"""How a loss reduces its per-row terms."""
+REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 """Reductions over rows accepted by the losses of this package."""
 
 
 def dirichlet_mse_loss(
-    alpha: torch.Tensor, target: torch.Tensor, reduction: str = "mean", *, validate_args: bool | None = None
+    alpha: torch.Tensor, target: torch.Tensor, reduction: Reduction = "mean", *, validate_args: bool | None = None
 ) -> torch.Tensor:
     """Expected squared error between :math:`\\mathbf{p}\\sim\\mathrm{Dir}(\\boldsymbol\\alpha)` and a label
     (Holmes Eq. 17, derived in App. B.4).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Literal, get_args
 
 import torch
 
@@ -26,18 +27,21 @@ from evidential_prvr._checks import (
 from evidential_prvr._docs import insert_docs
 from evidential_prvr.functional._evidence import (
     TANH_SCALINGS,
+    TanhScaling,
     _evidence,
     _expected_entropy,
     _label_consistency,
     _opinion,
 )
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
-from evidential_prvr.functional._targets import MATCH_RULES, correctly_matched, normalized_target, positive_mask
+from evidential_prvr.functional._targets import MATCH_RULES, MatchRule, correctly_matched, normalized_target, positive_mask
 
 __all__ = [
     "QueryType",
     "ENTROPY_MEDIANS",
     "FUSIONS",
+    "EntropyMedian",
+    "Fusion",
     "BranchIdentification",
     "Identification",
     "IdentificationSettings",
@@ -45,10 +49,12 @@ __all__ = [
     "fuse_query_types",
 ]
 
-ENTROPY_MEDIANS = ("candidates", "batch")
+EntropyMedian = Literal["candidates", "batch"]
+ENTROPY_MEDIANS: tuple[EntropyMedian, ...] = get_args(EntropyMedian)
 """Median rules of Holmes Eq. 12: ``"candidates"`` (paper) or ``"batch"`` (release)."""
 
-FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
+Fusion = Literal["uncertainty_dominant", "confidence_dominant", "frame", "clip"]
+FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
 """Partition fusion rules: Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
 
 
@@ -178,10 +184,10 @@ class IdentificationSettings:
 
     beta: float = 0.3
     tau: float = 0.1
-    tanh_scaling: str = "inside"
-    entropy_median: str = "candidates"
-    matched: str = "any_positive"
-    fusion: str = "uncertainty_dominant"
+    tanh_scaling: TanhScaling = "inside"
+    entropy_median: EntropyMedian = "candidates"
+    matched: MatchRule = "any_positive"
+    fusion: Fusion = "uncertainty_dominant"
 
     def __post_init__(self) -> None:
         check_in_range(self.beta, "beta", 0.0, 1.0)
@@ -192,7 +198,7 @@ class IdentificationSettings:
         check_choice(self.fusion, "fusion", FUSIONS)
 
 
-def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: str) -> torch.Tensor:
+def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: Fusion) -> torch.Tensor:
     """Fuse two per-branch type tensors (Holmes Eq. 13-14 and Table 3 rows 5-7).
 
     ``"uncertainty_dominant"`` keeps the type higher in the order PRECISE ≺ POLYSEMOUS ≺ UNDERDETERMINED
@@ -252,10 +258,10 @@ def identify(
     *,
     beta: float = 0.3,
     tau: float = 0.1,
-    tanh_scaling: str = "inside",
-    entropy_median: str = "candidates",
-    matched: str = "any_positive",
-    fusion: str = "uncertainty_dominant",
+    tanh_scaling: TanhScaling = "inside",
+    entropy_median: EntropyMedian = "candidates",
+    matched: MatchRule = "any_positive",
+    fusion: Fusion = "uncertainty_dominant",
     validate_args: bool | None = None,
 ) -> Identification:
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
@@ -346,7 +352,7 @@ def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
 
 
 def _branch_rule(
-    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: str
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: EntropyMedian
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Holmes Eq. 11-12 on one branch's ``u``, ``c``, ``xi`` and correctly-matched set: the query types, the
     initial types (before the ξ split), the thresholds β_u, β_p and the ξ median."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Literal, get_args
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse
-from evidential_prvr.functional._evidence import TANH_SCALINGS, _evidence
+from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction, _dirichlet_mse
+from evidential_prvr.functional._evidence import TANH_SCALINGS, TanhScaling, _evidence
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     TransportSettings,
@@ -25,9 +26,11 @@ from evidential_prvr.functional._flexible_ot import (
     prepare_fot_inputs,
 )
 
-__all__ = ["INTRA_ASSIGNMENTS", "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss"]
+__all__ = ["IntraAssignment", "INTRA_ASSIGNMENTS", "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss",
+           "intra_video_loss_details"]
 
-INTRA_ASSIGNMENTS = ("fot", "ot", "softmax")
+IntraAssignment = Literal["fot", "ot", "softmax"]
+INTRA_ASSIGNMENTS: tuple[IntraAssignment, ...] = get_args(IntraAssignment)
 """Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
 
 
@@ -59,8 +62,8 @@ class IntraVideoSettings:
     """
 
     tau: float = 0.06
-    tanh_scaling: str = "outside"
-    assignment: str = "fot"
+    tanh_scaling: TanhScaling = "outside"
+    assignment: IntraAssignment = "fot"
 
     def __post_init__(self) -> None:
         check_positive(self.tau, "tau")
@@ -95,8 +98,8 @@ class IntraVideoLossDetails:
     Examples
     --------
     >>> import torch
-    >>> from evidential_prvr.functional import intra_video_loss
-    >>> details = intra_video_loss(torch.rand(2, 3, 8), return_details=True)
+    >>> from evidential_prvr.functional import intra_video_loss_details
+    >>> details = intra_video_loss_details(torch.rand(2, 3, 8))
     >>> details.per_query.shape, details.per_video.shape, bool(details.target.sum(-1).allclose(torch.ones(2, 3)))
     (torch.Size([2, 3]), torch.Size([2]), True)
 
@@ -113,83 +116,15 @@ class IntraVideoLossDetails:
     transport: FlexibleOTResult | None
 
 
-@overload
-def intra_video_loss(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = ...,
-    clip_mask: torch.Tensor | None = ...,
-    *,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    assignment: str = ...,
-    epsilon: float = ...,
-    n_iters: int = ...,
-    dustbin_quantile: float | None = ...,
-    normalize: str | None = ...,
-    minmax_over: str = ...,
-    marginals: str = ...,
-    tol: float | None = ...,
-    method: str = ...,
-    reduction: str = ...,
-    return_details: Literal[False] = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor: ...
-
-
-@overload
-def intra_video_loss(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = ...,
-    clip_mask: torch.Tensor | None = ...,
-    *,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    assignment: str = ...,
-    epsilon: float = ...,
-    n_iters: int = ...,
-    dustbin_quantile: float | None = ...,
-    normalize: str | None = ...,
-    minmax_over: str = ...,
-    marginals: str = ...,
-    tol: float | None = ...,
-    method: str = ...,
-    reduction: str = ...,
-    return_details: Literal[True],
-    validate_args: bool | None = ...,
-) -> IntraVideoLossDetails: ...
-
-
-@overload
-def intra_video_loss(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = ...,
-    clip_mask: torch.Tensor | None = ...,
-    *,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    assignment: str = ...,
-    epsilon: float = ...,
-    n_iters: int = ...,
-    dustbin_quantile: float | None = ...,
-    normalize: str | None = ...,
-    minmax_over: str = ...,
-    marginals: str = ...,
-    tol: float | None = ...,
-    method: str = ...,
-    reduction: str = ...,
-    return_details: bool = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor | IntraVideoLossDetails: ...
-
-
-def intra_video_loss(
+def _intra_video_loss_entry(
+    details: bool,
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
     tau: float = 0.06,
-    tanh_scaling: str = "outside",
-    assignment: str = "fot",
+    tanh_scaling: TanhScaling = "outside",
+    assignment: IntraAssignment = "fot",
     epsilon: float = 0.1,
     n_iters: int = 50,
     dustbin_quantile: float | None = 0.3,
@@ -198,8 +133,7 @@ def intra_video_loss(
     marginals: str = "release",
     tol: float | None = None,
     method: str = "auto",
-    reduction: str = "mean",
-    return_details: bool = False,
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor | IntraVideoLossDetails:
     """L_intra: evidential loss of each query over its video's clips against a transport label.
@@ -240,15 +174,14 @@ def intra_video_loss(
     reduction : {"mean", "sum", "none"}
         ``"mean"``: over the videos with a valid query; ``"sum"``: their sum; ``"none"``: ``[B]``
         per video (0 for a video without a valid query).
-    return_details : bool
-        Return an :class:`~evidential_prvr.IntraVideoLossDetails` instead of the loss.
     validate_args : bool, optional
         Check values (finite similarities, 0/1 masks, a clip per video); host synchronisations.
 
     Returns
     -------
-    torch.Tensor or IntraVideoLossDetails
-        The loss (0 when no video has a valid query), in the compute dtype.
+    torch.Tensor
+        The loss (0 when no video has a valid query), in the compute dtype;
+        :func:`intra_video_loss_details` returns what it computed on the way.
 
     Examples
     --------
@@ -268,8 +201,28 @@ def intra_video_loss(
     transport = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
                                   normalize=normalize, minmax_over=minmax_over, marginals=marginals, tol=tol,
                                   method=method)
-    return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, return_details,
-                                validate_args)
+    return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, details, validate_args)
+
+
+intra_video_loss = loss_entry(_intra_video_loss_entry, "intra_video_loss")
+intra_video_loss_details = details_entry(_intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss_details",
+                                         """L_intra (Holmes Eq. 17) and what it computed on the way.
+
+    Takes the parameters of :func:`intra_video_loss` and returns an
+    :class:`~evidential_prvr.IntraVideoLossDetails`, whose ``loss`` is :func:`intra_video_loss`'s result.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import intra_video_loss_details
+    >>> details = intra_video_loss_details(torch.rand(2, 3, 8))
+    >>> details.per_query.shape, details.per_video.shape
+    (torch.Size([2, 3]), torch.Size([2]))
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 and Eq. 17.
+    """)
 
 
 def run_intra_video_loss(
@@ -278,7 +231,7 @@ def run_intra_video_loss(
     clip_mask: torch.Tensor | None,
     settings: IntraVideoSettings,
     transport: TransportSettings,
-    reduction: str,
+    reduction: Reduction,
     return_details: bool,
     validate_args: bool | None,
 ) -> torch.Tensor | IntraVideoLossDetails:
@@ -306,9 +259,9 @@ def _intra_video_loss(
     dense: bool,
     settings: TransportSettings,
     tau: float,
-    tanh_scaling: str,
-    assignment: str,
-    reduction: str,
+    tanh_scaling: TanhScaling,
+    assignment: IntraAssignment,
+    reduction: Reduction,
     return_details: bool,
     validate: bool,
 ) -> torch.Tensor | IntraVideoLossDetails:

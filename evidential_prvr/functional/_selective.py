@@ -6,15 +6,18 @@ Every score is oriented so that **higher = more trusted**; rank queries by it an
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
 from evidential_prvr._checks import check_choice, check_finite, check_tensor, should_validate
 from evidential_prvr.functional._gallery import GalleryOpinion
 from evidential_prvr.functional._gaussian import kl_margin
 
-__all__ = ["CONFIDENCES", "EVIDENTIAL_CONFIDENCES", "selective_confidence"]
+__all__ = ["Confidence", "CONFIDENCES", "EVIDENTIAL_CONFIDENCES", "selective_confidence"]
 
-CONFIDENCES = ("neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin")
+Confidence = Literal["neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin"]
+CONFIDENCES: tuple[Confidence, ...] = get_args(Confidence)
 """Names of the confidence scores of :func:`selective_confidence`."""
 
 EVIDENTIAL_CONFIDENCES = ("neg_u", "top_belief", "neg_xi")
@@ -23,7 +26,7 @@ EVIDENTIAL_CONFIDENCES = ("neg_u", "top_belief", "neg_xi")
 
 def selective_confidence(
     opinion: GalleryOpinion,
-    kind: str,
+    kind: Confidence,
     *,
     kl_cost: torch.Tensor | None = None,
     validate_args: bool | None = None,

@@ -17,13 +17,16 @@ over the positives.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
 from evidential_prvr._checks import check_choice, check_tensor
 
-__all__ = ["MATCH_RULES", "positive_mask", "normalized_target", "correctly_matched"]
+__all__ = ["MatchRule", "MATCH_RULES", "positive_mask", "normalized_target", "correctly_matched"]
 
-MATCH_RULES = ("any_positive", "argmax")
+MatchRule = Literal["any_positive", "argmax"]
+MATCH_RULES: tuple[MatchRule, ...] = get_args(MatchRule)
 """Rules for the correctly matched set of Holmes Eq. 11 (see :func:`correctly_matched`)."""
 
 
@@ -122,7 +125,7 @@ def normalized_target(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return y / y.sum(dim=-1, keepdim=True).clamp_min(1.0)
 
 
-def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: str = "any_positive") -> torch.Tensor:
+def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: MatchRule = "any_positive") -> torch.Tensor:
     """Boolean ``[Q]``: the query is correctly matched, the set :math:`S^{tp}` of Holmes Eq. 11.
 
     Parameters
