@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
-from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,

@@ -21,8 +21,8 @@ from torch import nn
 from evidential_prvr._base_losses import BaseRetrievalLoss
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
-from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._distributed import set_sizes, shared_gathers, warn_per_rank
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss

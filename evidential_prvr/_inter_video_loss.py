@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import torch
 
-from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._distributed import batch_rows, shared_gathers
-from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._entry_points import details_method, loss_method
+from evidential_prvr._identification import IdentifierOverrides, UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
@@ -38,23 +38,15 @@ else:
 __all__ = ["EvidentialRetrievalLoss", "EvidentialRetrievalLossOverrides"]
 
 
-class EvidentialRetrievalLossOverrides(TypedDict, total=False):
+class EvidentialRetrievalLossOverrides(IdentifierOverrides, total=False):
     """The keyword overrides of :meth:`EvidentialRetrievalLoss.from_preset`: the fields of
     :class:`~evidential_prvr.presets.InterVideoSettings`, ``reduction``, ``validate_args`` and ``distributed``."""
 
-    beta: float
-    tau: float
-    tanh_scaling: TanhScaling
-    entropy_median: EntropyMedian
-    matched: MatchRule
-    fusion: Fusion
     gamma: float
     calibrate: bool
     calibration_set: CalibrationSet
     terms: tuple[InterTerm, ...]
     reduction: Reduction
-    validate_args: bool | None
-    distributed: bool
 
 
 @settings_properties(InterVideoSettings)

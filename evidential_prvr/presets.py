@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._overrides import reject_unknown
 from evidential_prvr.functional._flexible_ot import TransportSettings
 from evidential_prvr.functional._identification import IdentificationSettings
 from evidential_prvr.functional._inter_video import InterVideoSettings

@@ -28,15 +28,15 @@ from torch import nn
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int, should_validate
 from evidential_prvr._overrides import resolve_overrides
 from evidential_prvr.functional._evidence import TANH_SCALINGS, TanhScaling
-from evidential_prvr.functional._identification import ENTROPY_MEDIANS, EntropyMedian
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion, gallery_opinion
+from evidential_prvr.functional._identification import ENTROPY_MEDIANS, EntropyMedian
 from evidential_prvr.functional._query_types import (
     QueryTypeThresholds,
     batch_rule_query_types,
     fit_query_thresholds,
     identify_query_types,
 )
-from evidential_prvr.functional._selective import CONFIDENCES, Confidence, EVIDENTIAL_CONFIDENCES, selective_confidence
+from evidential_prvr.functional._selective import CONFIDENCES, EVIDENTIAL_CONFIDENCES, Confidence, selective_confidence
 from evidential_prvr.presets import holmes_settings
 
 if TYPE_CHECKING:

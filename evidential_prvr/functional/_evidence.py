@@ -12,8 +12,8 @@ checks; the library's losses validate once and call them.
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 

@@ -34,7 +34,13 @@ from evidential_prvr.functional._evidence import (
     _opinion,
 )
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
-from evidential_prvr.functional._targets import MATCH_RULES, MatchRule, correctly_matched, normalized_target, positive_mask
+from evidential_prvr.functional._targets import (
+    MATCH_RULES,
+    MatchRule,
+    correctly_matched,
+    normalized_target,
+    positive_mask,
+)
 
 __all__ = [
     "QueryType",

@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_positive, check_positive_int, check_tensor
+from evidential_prvr._overrides import resolve_overrides
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import max_token_similarity
-from evidential_prvr._overrides import resolve_overrides
 from evidential_prvr.probabilistic._common import check_dim, check_inputs, check_token_mask, masked_mean
 from evidential_prvr.probabilistic._hud import (
     BatchClassificationLoss,
