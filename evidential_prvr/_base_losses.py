@@ -10,7 +10,6 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
@@ -18,6 +17,7 @@ import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
@@ -30,6 +30,7 @@ from evidential_prvr._overrides import (
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import Reduction, reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
+    BASE_LOSS_PARAMETERS,
     NCE_VIDEO_TO_TEXT,
     VIDEO_NEGATIVES,
     BaseRetrievalLossDetails,
@@ -43,9 +44,7 @@ from evidential_prvr.functional._retrieval_losses import (
 )
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 T = TypeVar("T")
@@ -275,6 +274,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
 
 @settings_properties(BaseRetrievalSettings)
+@insert_docs(base=BASE_LOSS_PARAMETERS)
 class BaseRetrievalLoss(_SettingsLoss):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.base_retrieval_loss`.
@@ -284,22 +284,13 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     Parameters
     ----------
-    margin : float
-        Triplet margin (0.1 TVR, 0.2 ActivityNet/Charades in the release).
-    frame_nce_weight, clip_nce_weight : float
-        :math:`\lambda_f`, :math:`\lambda_c`.
-    div_weight : float
-        :math:`\lambda_{div}`.
-    div_alpha, div_delta, div_lambda : float
-        :math:`\alpha`, :math:`\delta`, :math:`\lambda` of Eq. 23.
+    {base}
+    frame_nce_weight, clip_nce_weight, div_weight : float
+        :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0).
     hard_negative_topk : int
         Hard-negative pool size, used once ``use_hard_negatives`` is True.
     use_hard_negatives : bool
         Start with hard negatives on (the release switches them on at epoch 20).
-    video_negative : {"hardest", "pool"}
-        Video→text hard-negative rule.
-    nce_video_to_text : {"release", "paper"}
-        Video→text InfoNCE form.
     reduction : {"mean", "sum", "none"}
         Applied to every term.
     validate_args : bool, optional

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,9 +33,7 @@ from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetail
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 _LOG = logging.getLogger("evidential_prvr")

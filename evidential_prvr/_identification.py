@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     check_settings,
@@ -19,6 +19,7 @@ from evidential_prvr._overrides import (
 )
 from evidential_prvr.functional._evidence import TanhScaling
 from evidential_prvr.functional._identification import (
+    IDENTIFICATION_PARAMETERS,
     EntropyMedian,
     Fusion,
     Identification,
@@ -28,9 +29,7 @@ from evidential_prvr.functional._identification import (
 from evidential_prvr.functional._targets import MatchRule
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["IdentifierOverrides", "UncertaintyGuidedIdentifier"]
@@ -51,6 +50,7 @@ class IdentifierOverrides(TypedDict, total=False):
 
 
 @settings_properties(IdentificationSettings)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS)
 class UncertaintyGuidedIdentifier(_SettingsModule):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
@@ -61,18 +61,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
 
     Parameters
     ----------
-    beta : float
-        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
-    tau : float
-        Evidence temperature of Eq. 3 (> 0).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12: paper or release.
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11: paper or release (ties to the first index).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
+    {identification}
     validate_args : bool, optional
         Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool

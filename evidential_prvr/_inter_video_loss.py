@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._identification import IdentifierOverrides, UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import _SettingsLoss
@@ -19,8 +19,9 @@ from evidential_prvr._overrides import (
 )
 from evidential_prvr.functional._dirichlet_loss import Reduction
 from evidential_prvr.functional._evidence import TanhScaling
-from evidential_prvr.functional._identification import EntropyMedian, Fusion
+from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS, EntropyMedian, Fusion
 from evidential_prvr.functional._inter_video import (
+    CALIBRATION_PARAMETERS,
     CalibrationSet,
     InterTerm,
     InterVideoLossDetails,
@@ -30,9 +31,7 @@ from evidential_prvr.functional._inter_video import (
 from evidential_prvr.functional._targets import MatchRule
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["EvidentialRetrievalLoss", "EvidentialRetrievalLossOverrides"]
@@ -50,6 +49,7 @@ class EvidentialRetrievalLossOverrides(IdentifierOverrides, total=False):
 
 
 @settings_properties(InterVideoSettings)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
 class EvidentialRetrievalLoss(_SettingsLoss):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
@@ -61,27 +61,8 @@ class EvidentialRetrievalLoss(_SettingsLoss):
 
     Parameters
     ----------
-    beta : float
-        Identification threshold β ∈ [0, 1] (Eq. 11).
-    gamma : float
-        Calibration weight γ ∈ [0, 1] (Eq. 15).
-    tau : float
-        Evidence temperature (> 0, Eq. 3).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form: paper (``"inside"``) or official release (``"outside"``).
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12: paper (``"candidates"``) or release (``"batch"``).
-    matched : {"any_positive", "argmax"}
-        Correctly matched set of Eq. 11: paper or release (``argmax == label``, ties to the first index).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8). Switch it
-        during training with the attribute (or use :class:`~evidential_prvr.HolmesCriterion`).
-    calibration_set : {"refined", "initial"}
-        Calibrate the fused :math:`S^o_n` (paper) or only the initial :math:`\\tilde S_n` (Table 3 row 9).
-    terms : sequence of {"frame", "clip", "fused"}
-        :math:`L_U` terms in the loss (Table 3 rows 1-3 keep fewer).
+    {identification}
+    {calibration}
     reduction : {"mean", "sum", "none"}
         Reduction of the per-query loss over the batch.
     validate_args : bool, optional

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -25,9 +24,7 @@ from evidential_prvr.functional._intra_video import (
 )
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["IntraVideoEvidentialLoss", "IntraVideoEvidentialLossOverrides"]

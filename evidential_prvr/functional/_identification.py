@@ -238,6 +238,23 @@ query_video : torch.Tensor
 """The score-pair parameters of :func:`identify` and :func:`~evidential_prvr.functional.inter_video_loss`."""
 
 
+IDENTIFICATION_PARAMETERS = """\
+beta : float
+    :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+tau : float
+    Evidence temperature of Eq. 3 (> 0).
+tanh_scaling : {"inside", "outside"}
+    Evidence form, see :func:`~evidential_prvr.functional.evidence`.
+entropy_median : {"candidates", "batch"}
+    Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
+matched : {"any_positive", "argmax"}
+    The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
+    (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
+fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+    Partition fusion rule (Eq. 14, Table 3 rows 5-7)."""
+"""The identification parameters of :func:`identify` and :class:`~evidential_prvr.UncertaintyGuidedIdentifier`."""
+
+
 def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, validate: bool) -> torch.Tensor:
     """Validate ``frame_sim [Q, V]``, ``clip_sim [Q, V]`` and their positives; return the positive mask."""
     check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
@@ -256,7 +273,7 @@ def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, v
     return positive_mask(query_video, frame_sim.shape[1], frame_sim.shape[0], validate=validate)
 
 
-@insert_docs(score_pair=SCORE_PAIR)
+@insert_docs(score_pair=SCORE_PAIR, identification=IDENTIFICATION_PARAMETERS)
 def identify(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
@@ -294,18 +311,7 @@ def identify(
     Parameters
     ----------
     {score_pair}
-    beta : float
-        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
-    tau : float
-        Evidence temperature of Eq. 3 (> 0).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form, see :func:`evidence`.
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12, see above.
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11, see :func:`correctly_matched` (release: ``"argmax"``).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule.
+    {identification}
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
 

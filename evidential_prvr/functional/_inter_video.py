@@ -15,6 +15,7 @@ from evidential_prvr.functional._dempster_shafer import _ds_combine
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction, _dirichlet_mse, reduce_rows
 from evidential_prvr.functional._evidence import TanhScaling, _evidence
 from evidential_prvr.functional._identification import (
+    IDENTIFICATION_PARAMETERS,
     SCORE_PAIR,
     EntropyMedian,
     Fusion,
@@ -176,7 +177,22 @@ def _calibrated_target(
         return torch.where(polysemous, calibrated, label)
 
 
+CALIBRATION_PARAMETERS = """\
+gamma : float
+    Calibration weight γ ∈ [0, 1] of Eq. 15.
+calibrate : bool
+    ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
+    identification runs only when details are asked for.
+calibration_set : {"refined", "initial"}
+    Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
+    before the entropy refinement (Table 3 row 9).
+terms : tuple of {"frame", "clip", "fused"}
+    The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer)."""
+"""The calibration parameters of :func:`inter_video_loss` and :class:`~evidential_prvr.EvidentialRetrievalLoss`."""
+
+
 @dataclass(frozen=True, kw_only=True)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
 class InterVideoSettings(IdentificationSettings):
     """The hyperparameters of inter-video evidential learning L_inter (Holmes §3.2, Eq. 3-18), checked once.
 
@@ -186,27 +202,8 @@ class InterVideoSettings(IdentificationSettings):
 
     Attributes
     ----------
-    tau : float
-        Evidence temperature of Eq. 3.
-    tanh_scaling : {"inside", "outside"}
-        ``exp(tanh(s / tau))`` (paper) or ``exp(tanh(s) / tau)`` (release).
-    entropy_median : {"candidates", "batch"}
-        Median of Eq. 12 over the precise candidates (paper) or over the whole batch (release).
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11: a positive attains the row maximum (paper, ties
-        included) or ``argmax == label`` with ties broken towards the first index (release).
-    beta : float
-        β of Eq. 11.
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion (Eq. 14: ``"uncertainty_dominant"``; Table 3 rows 5-7 the others).
-    gamma : float
-        γ of Eq. 15.
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8).
-    calibration_set : {"refined", "initial"}
-        Calibrate the fused :math:`S^o_n` (paper) or only the initial :math:`\\tilde S_n` (Table 3 row 9).
-    terms : tuple of {"frame", "clip", "fused"}
-        :math:`L_U` terms in the loss (Table 3 rows 1-3 keep fewer).
+    {identification}
+    {calibration}
 
     Examples
     --------
@@ -244,7 +241,7 @@ def check_terms(terms: object) -> tuple[InterTerm, ...]:
     return tuple(terms)
 
 
-@insert_docs(score_pair=SCORE_PAIR)
+@insert_docs(score_pair=SCORE_PAIR, calibration=CALIBRATION_PARAMETERS)
 def _inter_video_loss_entry(
     details: bool,
     frame_sim: torch.Tensor,
@@ -281,16 +278,7 @@ def _inter_video_loss_entry(
     {score_pair}
     beta, tau, tanh_scaling, entropy_median, matched, fusion
         Identification settings, see :func:`identify`.
-    gamma : float
-        Calibration weight γ ∈ [0, 1] (Eq. 15).
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8); the
-        identification then runs only for :func:`inter_video_loss_details`.
-    calibration_set : {"refined", "initial"}
-        ``"refined"``: calibrate the fused :math:`S^o_n` (paper). ``"initial"``: calibrate only the
-        fused initial polysemous set :math:`\\tilde S_n`, before the entropy refinement (Table 3 row 9).
-    terms : sequence of {"frame", "clip", "fused"}
-        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 drop some).
+    {calibration}
     reduction : {"mean", "sum", "none"}
         Reduction of the per-query loss over the batch (``"none"``: ``[Q]``).
     validate_args : bool, optional

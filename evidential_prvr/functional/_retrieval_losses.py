@@ -416,7 +416,22 @@ def _diversity_rows(query_emb: torch.Tensor, same_video: torch.Tensor, alpha: fl
     return torch.where(same_video & ~eye, terms, torch.zeros_like(terms)).sum(dim=1)
 
 
+BASE_LOSS_PARAMETERS = """\
+margin : float
+    Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+video_negative : {"hardest", "pool"}
+    Video→text hard-negative rule once hard negatives are on, see
+    :func:`~evidential_prvr.functional.triplet_ranking_loss`.
+nce_video_to_text : {"release", "paper"}
+    Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
+div_alpha, div_delta, div_lambda : float
+    α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``)."""
+"""The L_base parameters shared by :func:`base_retrieval_loss`, :class:`~evidential_prvr.BaseRetrievalLoss`
+and :class:`BaseLossSettings`."""
+
+
 @dataclass(frozen=True, kw_only=True)
+@insert_docs(base=BASE_LOSS_PARAMETERS)
 class BaseLossSettings:
     """The hyperparameters of the basic objectives (Holmes App. B.1, Eq. 22-23), checked once.
 
@@ -426,16 +441,9 @@ class BaseLossSettings:
 
     Attributes
     ----------
-    margin : float
-        Triplet margin m.
+    {base}
     hard_negative_topk : int
         Pool of hardest negatives the text→video triplet draws from once hard negatives are on.
-    video_negative : {"hardest", "pool"}
-        Video→text negative once hard negatives are on.
-    nce_video_to_text : {"release", "paper"}
-        Video→text InfoNCE form.
-    div_alpha, div_delta, div_lambda : float
-        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
 
     Examples
     --------
@@ -549,6 +557,7 @@ BASE_RETRIEVAL_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_w
 (``hard_negative_topk`` is its own argument there: ``None`` means random negatives)."""
 
 
+@insert_docs(base=BASE_LOSS_PARAMETERS)
 def _base_retrieval_loss(
     details: bool,
     frame_sim: torch.Tensor,
@@ -592,16 +601,11 @@ def _base_retrieval_loss(
         ``LongTensor [Q]`` video index of each query, or ``{0, 1}`` matrix ``[Q, V]``.
     frame_logits, clip_logits : torch.Tensor, optional
         ``[Q, V]`` unnormalised scores for InfoNCE; default to ``frame_sim`` / ``clip_sim``.
-    margin : float
-        Triplet margin (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+    {base}
     frame_nce_weight, clip_nce_weight, div_weight : float
         :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0).
-    div_alpha, div_delta, div_lambda : float
-        :math:`\alpha`, :math:`\delta`, :math:`\lambda` of Eq. 23.
     hard_negative_topk : int or None
         Hard-negative pool of the triplet losses (``None``: random negatives).
-    video_negative, nce_video_to_text
-        See :func:`triplet_ranking_loss` and :func:`info_nce_loss`.
     generator : torch.Generator, optional
         Random source of the triplet negatives.
     reduction : {"mean", "sum", "none"}
