@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import _SettingsLoss
@@ -17,6 +18,7 @@ from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import Reduction
 from evidential_prvr.functional._evidence import TanhScaling
 from evidential_prvr.functional._intra_video import (
+    INTRA_PARAMETERS,
     IntraAssignment,
     IntraVideoLossDetails,
     IntraVideoSettings,
@@ -45,6 +47,7 @@ class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
 
 
 @settings_properties(IntraVideoSettings)
+@insert_docs(intra=INTRA_PARAMETERS)
 class IntraVideoEvidentialLoss(_SettingsLoss):
     """L_intra: evidential loss of each query over its video's clips against a transport label (Holmes §3.3).
 
@@ -58,13 +61,7 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         The transport settings (default ``FlexibleOT()``, the release's). Its ``normalize`` also
         decides which similarities feed the evidence. Its ``grad`` is ignored: the label is always a
         stop-gradient target.
-    tau : float
-        Evidence temperature :math:`\\tau_{\\text{intra}}`.
-    tanh_scaling : {"outside", "inside"}
-        Evidence form (release: ``"outside"``).
-    assignment : {"fot", "ot", "softmax"}
-        The soft label: flexible transport (default), OT without dustbin (Table 3 row 12) or a
-        softmax over the clips at the transport's ε (row 11).
+    {intra}
     reduction : {"mean", "sum", "none"}
         Over the videos with a valid query (``"none"``: ``[B]``).
     validate_args : bool, optional

@@ -15,6 +15,7 @@ from typing import Literal, get_args
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_entry, loss_entry
 from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction, _dirichlet_mse
 from evidential_prvr.functional._evidence import TANH_SCALINGS, TanhScaling, _evidence
@@ -34,7 +35,22 @@ INTRA_ASSIGNMENTS: tuple[IntraAssignment, ...] = get_args(IntraAssignment)
 """Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
 
 
+INTRA_PARAMETERS = """\
+tau : float
+    Evidence temperature :math:`\\tau_{\\text{intra}} > 0` of the query-clip evidence.
+tanh_scaling : {"outside", "inside"}
+    Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
+assignment : {"fot", "ot", "softmax"}
+    ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
+    dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
+    over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
+    not give its temperature)."""
+"""The evidence parameters of :func:`intra_video_loss`, :class:`~evidential_prvr.IntraVideoEvidentialLoss` and
+:class:`IntraVideoSettings`."""
+
+
 @dataclass(frozen=True, kw_only=True)
+@insert_docs(intra=INTRA_PARAMETERS)
 class IntraVideoSettings:
     """The evidence settings of intra-video evidential learning L_intra (Holmes §3.3), checked once.
 
@@ -43,12 +59,7 @@ class IntraVideoSettings:
 
     Attributes
     ----------
-    tau : float
-        Evidence temperature of the query-clip evidence (> 0).
-    tanh_scaling : {"outside", "inside"}
-        Evidence form (release: ``"outside"``; see :func:`evidence`).
-    assignment : {"fot", "ot", "softmax"}
-        Soft label: flexible transport (default) or the Table 3 ablations (rows 11-12).
+    {intra}
 
     Examples
     --------
@@ -116,6 +127,7 @@ class IntraVideoLossDetails:
     transport: FlexibleOTResult | None
 
 
+@insert_docs(intra=INTRA_PARAMETERS)
 def _intra_video_loss_entry(
     details: bool,
     sim: torch.Tensor,
@@ -160,15 +172,7 @@ def _intra_video_loss_entry(
         :func:`~evidential_prvr.build_intra_video_batch`).
     query_mask, clip_mask : torch.Tensor, optional
         ``[B, Mq]`` and ``[B, Mc]`` validity masks (bool, or 0/1 values).
-    tau : float
-        Evidence temperature :math:`\\tau_{\\text{intra}}`.
-    tanh_scaling : {"outside", "inside"}
-        Evidence form, see :func:`evidence` (release: ``"outside"``).
-    assignment : {"fot", "ot", "softmax"}
-        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
-        dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
-        over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
-        not give its temperature).
+    {intra}
     epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, method
         Transport settings, see :func:`flexible_ot` (the plan is always a stop-gradient label).
     reduction : {"mean", "sum", "none"}
