@@ -20,7 +20,7 @@ Confidence = Literal["neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl
 CONFIDENCES: tuple[Confidence, ...] = get_args(Confidence)
 """Names of the confidence scores of :func:`selective_confidence`."""
 
-EVIDENTIAL_CONFIDENCES = ("neg_u", "top_belief", "neg_xi")
+EVIDENTIAL_CONFIDENCES: tuple[Confidence, ...] = ("neg_u", "top_belief", "neg_xi")
 """The confidences read off the fused Dirichlet opinion (the others use the raw scores or DAB costs)."""
 
 
