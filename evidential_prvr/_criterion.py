@@ -25,7 +25,7 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
-from evidential_prvr._overrides import reject_unknown
+from evidential_prvr._overrides import reject_unknown, resolve_overrides
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
@@ -342,46 +342,37 @@ class HolmesCriterion(nn.Module):
             raises ``TypeError``.
         """
         owner = f"{cls.__name__}.from_preset({preset!r})"
-        reject_unknown(overrides, ("base", "inter", "intra", "inter_weight", "intra_weight", *SCHEDULE_SWITCHES,
-                                   "validate_args", "distributed"), cls.__name__)
         sections = module_settings(preset, dataset)
         weights, preset_schedule = sections.require("weights", owner), sections.require("schedule", owner)
         switches = {name: getattr(preset_schedule, name) for name in SCHEDULE_SWITCHES}
         total_epochs = None
         if isinstance(schedule, Mapping):
             reject_unknown(schedule, SCHEDULE_SWITCHES, f"{cls.__name__}(schedule=...)")
+            for name in SCHEDULE_SWITCHES:
+                if name in overrides and name in schedule:
+                    raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
             switches.update(schedule)
         elif schedule is not None:
             total_epochs = _check_epoch_count(schedule, "schedule", 1)
             switches = {name: scaled_switch_epoch(epoch, total_epochs, preset_schedule.epochs)
                         for name, epoch in switches.items()}
-        for name in SCHEDULE_SWITCHES:
-            if name in overrides and isinstance(schedule, Mapping) and name in schedule:
-                raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
-        validate = overrides.pop("validate_args", None)
-        distributed = bool(overrides.pop("distributed", False))
-        if "base" in overrides:
-            base = overrides["base"]
-        else:
-            base = BaseRetrievalLoss.from_settings(
+        values, parts = resolve_overrides(
+            {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches, "validate_args": None,
+             "distributed": False}, overrides, cls.__name__, ("base", "inter", "intra"))
+        validate, distributed = values.pop("validate_args"), bool(values.pop("distributed"))
+        if "base" not in parts:
+            parts["base"] = BaseRetrievalLoss.from_settings(
                 BaseRetrievalSettings.from_sections(sections.require("base", owner), weights),
                 validate_args=validate, distributed=distributed)
-        if "inter" in overrides:
-            inter = overrides["inter"]
-        else:
-            inter = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
-                                                          distributed=distributed)
-        if "intra" in overrides:
-            intra = overrides["intra"]
-        else:
-            intra = IntraVideoEvidentialLoss.from_settings(sections.intra, FlexibleOT.from_settings(sections.transport),
-                                                           validate_args=validate, distributed=distributed)
-        return cls(base, inter, intra,
-                   inter_weight=overrides.get("inter_weight", weights.inter),
-                   intra_weight=overrides.get("intra_weight", weights.intra),
-                   warmup_stage_epochs=overrides.get("warmup_stage_epochs", switches["warmup_stage_epochs"]),
-                   hard_negative_epoch=overrides.get("hard_negative_epoch", switches["hard_negative_epoch"]),
-                   total_epochs=total_epochs, distributed=distributed)
+        if "inter" not in parts:
+            parts["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
+                                                                   distributed=distributed)
+        if "intra" not in parts:
+            parts["intra"] = IntraVideoEvidentialLoss.from_settings(
+                sections.intra, FlexibleOT.from_settings(sections.transport), validate_args=validate,
+                distributed=distributed)
+        return cls(parts["base"], parts["inter"], parts["intra"], **values, total_epochs=total_epochs,
+                   distributed=distributed)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based); a change is logged at INFO."""
