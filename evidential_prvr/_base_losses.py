@@ -27,16 +27,13 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
+from evidential_prvr.choices import NCE_VIDEO_TO_TEXT, VIDEO_NEGATIVES, NCEVideoToText, Reduction, VideoNegative
 from evidential_prvr.distributed import is_distributed
-from evidential_prvr.functional._dirichlet_loss import Reduction, reduce_rows
+from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
     BASE_LOSS_PARAMETERS,
-    NCE_VIDEO_TO_TEXT,
-    VIDEO_NEGATIVES,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
-    NCEVideoToText,
-    VideoNegative,
     info_nce_loss,
     query_diversity_loss,
     run_base_retrieval_loss,

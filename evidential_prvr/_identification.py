@@ -17,16 +17,13 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
-from evidential_prvr.functional._evidence import TanhScaling
+from evidential_prvr.choices import EntropyMedian, Fusion, MatchRule, TanhScaling
 from evidential_prvr.functional._identification import (
     IDENTIFICATION_PARAMETERS,
-    EntropyMedian,
-    Fusion,
     Identification,
     IdentificationSettings,
     run_identify,
 )
-from evidential_prvr.functional._targets import MatchRule
 from evidential_prvr.presets import module_settings
 
 if TYPE_CHECKING:

@@ -17,18 +17,14 @@ from evidential_prvr._overrides import (
     settings_from_preset,
     settings_properties,
 )
-from evidential_prvr.functional._dirichlet_loss import Reduction
-from evidential_prvr.functional._evidence import TanhScaling
-from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS, EntropyMedian, Fusion
+from evidential_prvr.choices import CalibrationSet, EntropyMedian, Fusion, InterTerm, MatchRule, Reduction, TanhScaling
+from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS
 from evidential_prvr.functional._inter_video import (
     CALIBRATION_PARAMETERS,
-    CalibrationSet,
-    InterTerm,
     InterVideoLossDetails,
     InterVideoSettings,
     run_inter_video_loss,
 )
-from evidential_prvr.functional._targets import MatchRule
 from evidential_prvr.presets import module_settings
 
 if TYPE_CHECKING:

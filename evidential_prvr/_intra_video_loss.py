@@ -14,12 +14,10 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import check_settings, override_settings, settings_properties
+from evidential_prvr.choices import IntraAssignment, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
-from evidential_prvr.functional._dirichlet_loss import Reduction
-from evidential_prvr.functional._evidence import TanhScaling
 from evidential_prvr.functional._intra_video import (
     INTRA_PARAMETERS,
-    IntraAssignment,
     IntraVideoLossDetails,
     IntraVideoSettings,
     run_intra_video_loss,

@@ -13,7 +13,7 @@ from torch import nn
 
 from evidential_prvr._checks import check_choice
 from evidential_prvr._overrides import settings_repr
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction
+from evidential_prvr.choices import REDUCTIONS, Reduction
 
 __all__ = ["_SettingsModule", "_ReducedLoss", "_SettingsLoss"]
 

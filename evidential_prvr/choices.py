@@ -1,28 +1,73 @@
-"""The choice parameters of the package as ``Literal`` types, for annotating code that passes them on.
+"""The choice parameters of the package: each a ``Literal`` type and the tuple of its values.
 
-Each alias is the set of values that the parameter of that name accepts; a type checker reports a value
-outside it (a misspelt ``video_negative="hardset"``) where the call is written, as the run-time check does
-when it runs.
+The ``Literal`` annotates every parameter (and settings field) of that choice, so a type checker reports a
+value outside it (a misspelt ``video_negative="hardset"``) where the call is written; the tuple is what the
+run-time check accepts. Both are defined here once.
 
 Examples
 --------
->>> from evidential_prvr.choices import Reduction
->>> from typing import get_args
->>> get_args(Reduction)
+>>> from evidential_prvr.choices import REDUCTIONS, Reduction
+>>> REDUCTIONS
 ('mean', 'sum', 'none')
 """
 
 from __future__ import annotations
 
-from evidential_prvr.functional._dirichlet_loss import Reduction
-from evidential_prvr.functional._evidence import TanhScaling
-from evidential_prvr.functional._identification import EntropyMedian, Fusion
-from evidential_prvr.functional._inter_video import CalibrationSet, InterTerm
-from evidential_prvr.functional._intra_video import IntraAssignment
-from evidential_prvr.functional._retrieval_losses import NCEVideoToText, VideoNegative
-from evidential_prvr.functional._selective import Confidence
-from evidential_prvr.functional._targets import MatchRule
-from evidential_prvr.uncertainty import IdentificationRule
+from typing import Literal, get_args
 
-__all__ = ["Reduction", "TanhScaling", "EntropyMedian", "MatchRule", "Fusion", "CalibrationSet", "InterTerm",
-           "IntraAssignment", "VideoNegative", "NCEVideoToText", "Confidence", "IdentificationRule"]
+__all__ = [
+    "Reduction", "REDUCTIONS", "TanhScaling", "TANH_SCALINGS", "MatchRule", "MATCH_RULES", "EntropyMedian",
+    "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
+    "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
+    "NCE_VIDEO_TO_TEXT", "Confidence", "CONFIDENCES", "IdentificationRule", "IDENTIFICATION_RULES",
+]
+
+Reduction = Literal["mean", "sum", "none"]
+REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
+"""Reductions over rows accepted by the losses of this package."""
+
+TanhScaling = Literal["inside", "outside"]
+TANH_SCALINGS: tuple[TanhScaling, ...] = get_args(TanhScaling)
+"""Where the temperature of Holmes Eq. 3 is applied: ``"inside"`` (paper) or ``"outside"`` (release)."""
+
+MatchRule = Literal["any_positive", "argmax"]
+MATCH_RULES: tuple[MatchRule, ...] = get_args(MatchRule)
+"""Rules for the correctly matched set of Holmes Eq. 11 (see
+:func:`~evidential_prvr.functional.correctly_matched`)."""
+
+EntropyMedian = Literal["candidates", "batch"]
+ENTROPY_MEDIANS: tuple[EntropyMedian, ...] = get_args(EntropyMedian)
+"""Median rules of Holmes Eq. 12: ``"candidates"`` (paper) or ``"batch"`` (release)."""
+
+Fusion = Literal["uncertainty_dominant", "confidence_dominant", "frame", "clip"]
+FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
+"""Partition fusion rules: Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
+
+CalibrationSet = Literal["refined", "initial"]
+CALIBRATION_SETS: tuple[CalibrationSet, ...] = get_args(CalibrationSet)
+"""Which polysemous set gets calibrated labels: S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
+
+InterTerm = Literal["frame", "clip", "fused"]
+INTER_TERMS: tuple[InterTerm, ...] = get_args(InterTerm)
+"""The three L_U terms of Holmes Eq. 18 (frame, clip and Dempster-Shafer fused opinions)."""
+
+IntraAssignment = Literal["fot", "ot", "softmax"]
+INTRA_ASSIGNMENTS: tuple[IntraAssignment, ...] = get_args(IntraAssignment)
+"""Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
+
+VideoNegative = Literal["hardest", "pool"]
+VIDEO_NEGATIVES: tuple[VideoNegative, ...] = get_args(VideoNegative)
+"""Video→text hard-negative rules of :func:`~evidential_prvr.functional.triplet_ranking_loss`."""
+
+NCEVideoToText = Literal["release", "paper"]
+NCE_VIDEO_TO_TEXT: tuple[NCEVideoToText, ...] = get_args(NCEVideoToText)
+"""Video→text forms of :func:`~evidential_prvr.functional.info_nce_loss`."""
+
+Confidence = Literal["neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin"]
+CONFIDENCES: tuple[Confidence, ...] = get_args(Confidence)
+"""Names of the confidence scores of :func:`~evidential_prvr.functional.selective_confidence`."""
+
+IdentificationRule = Literal["thresholds", "batch"]
+IDENTIFICATION_RULES: tuple[IdentificationRule, ...] = get_args(IdentificationRule)
+"""``"thresholds"``: fixed (or fitted) :class:`~evidential_prvr.uncertainty.QueryTypeThresholds`; ``"batch"``:
+Holmes Eq. 10-14 per call."""

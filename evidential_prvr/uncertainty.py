@@ -20,23 +20,31 @@ Each module holds its hyperparameters and its ``forward`` is one call of the pur
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int, should_validate
 from evidential_prvr._overrides import resolve_overrides
-from evidential_prvr.functional._evidence import TANH_SCALINGS, TanhScaling
+from evidential_prvr.choices import (
+    CONFIDENCES,
+    ENTROPY_MEDIANS,
+    IDENTIFICATION_RULES,
+    TANH_SCALINGS,
+    Confidence,
+    EntropyMedian,
+    IdentificationRule,
+    TanhScaling,
+)
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion, gallery_opinion
-from evidential_prvr.functional._identification import ENTROPY_MEDIANS, EntropyMedian
 from evidential_prvr.functional._query_types import (
     QueryTypeThresholds,
     batch_rule_query_types,
     fit_query_thresholds,
     identify_query_types,
 )
-from evidential_prvr.functional._selective import CONFIDENCES, EVIDENTIAL_CONFIDENCES, Confidence, selective_confidence
+from evidential_prvr.functional._selective import EVIDENTIAL_CONFIDENCES, selective_confidence
 from evidential_prvr.presets import holmes_settings
 
 if TYPE_CHECKING:
@@ -55,9 +63,6 @@ __all__ = [
     "IDENTIFICATION_RULES",
 ]
 
-IdentificationRule = Literal["thresholds", "batch"]
-IDENTIFICATION_RULES: tuple[IdentificationRule, ...] = get_args(IdentificationRule)
-"""``"thresholds"``: fixed (or fitted) :class:`QueryTypeThresholds`; ``"batch"``: Holmes Eq. 10-14 per call."""
 
 
 class GalleryUncertainty(nn.Module):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
 from evidential_prvr._checks import (
@@ -14,14 +12,11 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr.choices import REDUCTIONS, Reduction
 from evidential_prvr.functional._evidence import check_alpha
 
-__all__ = ["Reduction", "REDUCTIONS", "dirichlet_mse_loss"]
+__all__ = [ "dirichlet_mse_loss"]
 
-Reduction = Literal["mean", "sum", "none"]
-"""How a loss reduces its per-row terms."""
-REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
-"""Reductions over rows accepted by the losses of this package."""
 
 
 def dirichlet_mse_loss(

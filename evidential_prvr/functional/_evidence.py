@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import torch
 
@@ -26,14 +25,11 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import finite_check, insert_docs
+from evidential_prvr.choices import TANH_SCALINGS, TanhScaling
 from evidential_prvr.functional._targets import normalized_target, positive_mask
 
-__all__ = ["Opinion", "TanhScaling", "TANH_SCALINGS", "evidence", "opinion", "expected_entropy", "label_consistency"]
+__all__ = ["Opinion", "evidence", "opinion", "expected_entropy", "label_consistency"]
 
-TanhScaling = Literal["inside", "outside"]
-"""Where the evidence applies tanh (see :func:`evidence`)."""
-TANH_SCALINGS: tuple[TanhScaling, ...] = get_args(TanhScaling)
-"""Where the temperature of Holmes Eq. 3 is applied: ``"inside"`` (paper) or ``"outside"`` (release)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Literal, get_args
 
 import torch
 
@@ -25,29 +24,22 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import insert_docs
-from evidential_prvr.functional._evidence import (
-    TANH_SCALINGS,
-    TanhScaling,
-    _evidence,
-    _expected_entropy,
-    _label_consistency,
-    _opinion,
-)
-from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
-from evidential_prvr.functional._targets import (
+from evidential_prvr.choices import (
+    ENTROPY_MEDIANS,
+    FUSIONS,
     MATCH_RULES,
+    TANH_SCALINGS,
+    EntropyMedian,
+    Fusion,
     MatchRule,
-    correctly_matched,
-    normalized_target,
-    positive_mask,
+    TanhScaling,
 )
+from evidential_prvr.functional._evidence import _evidence, _expected_entropy, _label_consistency, _opinion
+from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
+from evidential_prvr.functional._targets import correctly_matched, normalized_target, positive_mask
 
 __all__ = [
     "QueryType",
-    "ENTROPY_MEDIANS",
-    "FUSIONS",
-    "EntropyMedian",
-    "Fusion",
     "BranchIdentification",
     "Identification",
     "IdentificationSettings",
@@ -55,13 +47,7 @@ __all__ = [
     "fuse_query_types",
 ]
 
-EntropyMedian = Literal["candidates", "batch"]
-ENTROPY_MEDIANS: tuple[EntropyMedian, ...] = get_args(EntropyMedian)
-"""Median rules of Holmes Eq. 12: ``"candidates"`` (paper) or ``"batch"`` (release)."""
 
-Fusion = Literal["uncertainty_dominant", "confidence_dominant", "frame", "clip"]
-FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
-"""Partition fusion rules: Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
 
 
 class QueryType(IntEnum):

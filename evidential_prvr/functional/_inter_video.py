@@ -4,34 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr.choices import (
+    CALIBRATION_SETS,
+    INTER_TERMS,
+    REDUCTIONS,
+    CalibrationSet,
+    EntropyMedian,
+    Fusion,
+    InterTerm,
+    MatchRule,
+    Reduction,
+    TanhScaling,
+)
 from evidential_prvr.functional._dempster_shafer import _ds_combine
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction, _dirichlet_mse, reduce_rows
-from evidential_prvr.functional._evidence import TanhScaling, _evidence
+from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse, reduce_rows
+from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
     IDENTIFICATION_PARAMETERS,
     SCORE_PAIR,
-    EntropyMedian,
-    Fusion,
     Identification,
     IdentificationSettings,
     QueryType,
     _identify,
     check_score_pair,
 )
-from evidential_prvr.functional._targets import MatchRule, normalized_target
+from evidential_prvr.functional._targets import normalized_target
 
 __all__ = [
-    "CalibrationSet",
-    "InterTerm",
-    "CALIBRATION_SETS",
-    "INTER_TERMS",
     "InterVideoSettings",
     "InterVideoLossDetails",
     "calibrated_target",
@@ -39,13 +44,7 @@ __all__ = [
     "inter_video_loss_details",
 ]
 
-CalibrationSet = Literal["refined", "initial"]
-CALIBRATION_SETS: tuple[CalibrationSet, ...] = get_args(CalibrationSet)
-"""Which polysemous set gets calibrated labels: S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
 
-InterTerm = Literal["frame", "clip", "fused"]
-INTER_TERMS: tuple[InterTerm, ...] = get_args(InterTerm)
-"""The three L_U terms of Holmes Eq. 18 (frame, clip and Dempster-Shafer fused opinions)."""
 
 
 @dataclass

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_entry, loss_entry
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction, _dirichlet_mse
-from evidential_prvr.functional._evidence import TANH_SCALINGS, TanhScaling, _evidence
+from evidential_prvr.choices import (
+    INTRA_ASSIGNMENTS,
+    REDUCTIONS,
+    TANH_SCALINGS,
+    IntraAssignment,
+    Reduction,
+    TanhScaling,
+)
+from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse
+from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     TransportSettings,
@@ -27,12 +34,9 @@ from evidential_prvr.functional._flexible_ot import (
     prepare_fot_inputs,
 )
 
-__all__ = ["IntraAssignment", "INTRA_ASSIGNMENTS", "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss",
+__all__ = [ "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss",
            "intra_video_loss_details"]
 
-IntraAssignment = Literal["fot", "ot", "softmax"]
-INTRA_ASSIGNMENTS: tuple[IntraAssignment, ...] = get_args(IntraAssignment)
-"""Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
 
 
 INTRA_PARAMETERS = """\

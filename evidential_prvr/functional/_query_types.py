@@ -25,8 +25,9 @@ from evidential_prvr._checks import (
     check_tensor,
     should_validate,
 )
+from evidential_prvr.choices import ENTROPY_MEDIANS, EntropyMedian
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion
-from evidential_prvr.functional._identification import ENTROPY_MEDIANS, EntropyMedian, QueryType, _branch_rule
+from evidential_prvr.functional._identification import QueryType, _branch_rule
 
 __all__ = [
     "PRECISE",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -35,15 +35,19 @@ from evidential_prvr._checks import (
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_entry, loss_entry
 from evidential_prvr._numerics import normalize_rows
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, Reduction, reduce_rows
+from evidential_prvr.choices import (
+    NCE_VIDEO_TO_TEXT,
+    REDUCTIONS,
+    VIDEO_NEGATIVES,
+    NCEVideoToText,
+    Reduction,
+    VideoNegative,
+)
+from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.functional._targets import positive_mask
 
 __all__ = [
-    "VideoNegative",
-    "NCEVideoToText",
-    "VIDEO_NEGATIVES",
-    "NCE_VIDEO_TO_TEXT",
     "BaseLossSettings",
     "BaseRetrievalSettings",
     "BaseRetrievalLossDetails",
@@ -54,12 +58,6 @@ __all__ = [
     "base_retrieval_loss_details",
 ]
 
-VideoNegative = Literal["hardest", "pool"]
-NCEVideoToText = Literal["release", "paper"]
-VIDEO_NEGATIVES: tuple[VideoNegative, ...] = get_args(VideoNegative)
-"""Video→text hard-negative rules of :func:`triplet_ranking_loss`."""
-NCE_VIDEO_TO_TEXT: tuple[NCEVideoToText, ...] = get_args(NCEVideoToText)
-"""Video→text forms of :func:`info_nce_loss`."""
 
 
 _ROW_LOSS_RETURNS = """\

@@ -6,19 +6,15 @@ Every score is oriented so that **higher = more trusted**; rank queries by it an
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
 from evidential_prvr._checks import check_choice, check_finite, check_tensor, should_validate
+from evidential_prvr.choices import CONFIDENCES, Confidence
 from evidential_prvr.functional._gallery import GalleryOpinion
 from evidential_prvr.functional._gaussian import kl_margin
 
-__all__ = ["Confidence", "CONFIDENCES", "EVIDENTIAL_CONFIDENCES", "selective_confidence"]
+__all__ = [ "CONFIDENCES", "EVIDENTIAL_CONFIDENCES", "selective_confidence"]
 
-Confidence = Literal["neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin"]
-CONFIDENCES: tuple[Confidence, ...] = get_args(Confidence)
-"""Names of the confidence scores of :func:`selective_confidence`."""
 
 EVIDENTIAL_CONFIDENCES: tuple[Confidence, ...] = ("neg_u", "top_belief", "neg_xi")
 """The confidences read off the fused Dirichlet opinion (the others use the raw scores or DAB costs)."""

@@ -17,17 +17,13 @@ over the positives.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import torch
 
 from evidential_prvr._checks import check_choice, check_tensor
+from evidential_prvr.choices import MATCH_RULES, MatchRule
 
-__all__ = ["MatchRule", "MATCH_RULES", "positive_mask", "normalized_target", "correctly_matched"]
+__all__ = [ "positive_mask", "normalized_target", "correctly_matched"]
 
-MatchRule = Literal["any_positive", "argmax"]
-MATCH_RULES: tuple[MatchRule, ...] = get_args(MatchRule)
-"""Rules for the correctly matched set of Holmes Eq. 11 (see :func:`correctly_matched`)."""
 
 
 def positive_mask(
