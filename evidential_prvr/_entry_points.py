@@ -24,7 +24,7 @@ D = TypeVar("D")
 
 
 def _public(entry: Callable[..., object], impl: Callable[..., object], name: str, doc: str | None,
-            skip: int) -> None:
+            skip: int, returns: type) -> None:
     """Give ``entry`` the name, docstring and signature (``impl``'s without its ``details`` flag) it shows."""
     functools.update_wrapper(entry, impl)
     del entry.__wrapped__  # type: ignore[attr-defined]  # the signature below is the one to show
@@ -34,7 +34,8 @@ def _public(entry: Callable[..., object], impl: Callable[..., object], name: str
     signature = inspect.signature(impl)
     parameters = list(signature.parameters.values())
     del parameters[skip]
-    entry.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    entry.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=returns.__name__)
 
 
 def _details(out: object, kind: type[D], name: str) -> D:
@@ -49,18 +50,26 @@ def loss_entry(impl: Callable[Concatenate[bool, P], object], name: str) -> Calla
     def entry(*args: P.args, **kwargs: P.kwargs) -> torch.Tensor:
         return _details(impl(False, *args, **kwargs), torch.Tensor, name)
 
-    _public(entry, impl, name, impl.__doc__, 0)
+    _public(entry, impl, name, impl.__doc__, 0, torch.Tensor)
     return entry
 
 
-def details_entry(impl: Callable[Concatenate[bool, P], object], kind: type[D], name: str,
-                  doc: str) -> Callable[P, D]:
-    """The public details function of ``impl`` (called with ``details=True``), returning a ``kind``."""
+def details_entry(impl: Callable[Concatenate[bool, P], object], kind: type[D], loss: str) -> Callable[P, D]:
+    """The public details function ``<loss>_details`` of ``impl`` (called with ``details=True``), returning a
+    ``kind``; its docstring points to the loss function's and shares its examples and references."""
 
     def entry(*args: P.args, **kwargs: P.kwargs) -> D:
         return _details(impl(True, *args, **kwargs), kind, name)
 
-    _public(entry, impl, name, doc, 0)
+    name = f"{loss}_details"
+    doc = impl.__doc__ or ""
+    shared = doc[doc.find("    Examples\n"):] if "    Examples\n" in doc else ""
+    _public(entry, impl, name, f"""Every term that :func:`{loss}` computes, and its ``loss``.
+
+    Takes the parameters of :func:`{loss}` and returns a
+    :class:`~evidential_prvr.{kind.__name__}`, whose ``loss`` is what :func:`{loss}` returns.
+
+{shared}""", 0, kind)
     return entry
 
 
@@ -70,7 +79,7 @@ def loss_method(impl: Callable[Concatenate[S, bool, P], object], doc: str) -> Ca
     def forward(self: S, /, *args: P.args, **kwargs: P.kwargs) -> torch.Tensor:
         return _details(impl(self, False, *args, **kwargs), torch.Tensor, "forward")
 
-    _public(forward, impl, "forward", doc, 1)
+    _public(forward, impl, "forward", doc, 1, torch.Tensor)
     return forward
 
 
@@ -81,5 +90,5 @@ def details_method(impl: Callable[Concatenate[S, bool, P], object], kind: type[D
     def details(self: S, /, *args: P.args, **kwargs: P.kwargs) -> D:
         return _details(impl(self, True, *args, **kwargs), kind, "details")
 
-    _public(details, impl, "details", doc, 1)
+    _public(details, impl, "details", doc, 1, kind)
     return details

@@ -298,6 +298,10 @@ def _inter_video_loss_entry(
     >>> loss.backward()
     >>> round(loss.item(), 4)
     1.2708
+    >>> from evidential_prvr.functional import inter_video_loss_details
+    >>> details = inter_video_loss_details(sim, sim, torch.tensor([0, 1]), calibrate=False)
+    >>> details.identification is not None, details.target.shape
+    (True, torch.Size([2, 2]))
 
     References
     ----------
@@ -310,26 +314,7 @@ def _inter_video_loss_entry(
 
 
 inter_video_loss = loss_entry(_inter_video_loss_entry, "inter_video_loss")
-inter_video_loss_details = details_entry(_inter_video_loss_entry, InterVideoLossDetails, "inter_video_loss_details",
-                                         """L_inter (Holmes Eq. 15-18) and what it computed on the way.
-
-    Takes the parameters of :func:`inter_video_loss` and returns an
-    :class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is :func:`inter_video_loss`'s result; the
-    identification runs even with ``calibrate=False``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from evidential_prvr.functional import inter_video_loss_details
-    >>> sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]])
-    >>> details = inter_video_loss_details(sim, sim, torch.tensor([0, 1]), calibrate=False)
-    >>> details.identification is not None, details.target.shape
-    (True, torch.Size([2, 2]))
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.2, Eq. 15-18.
-    """)
+inter_video_loss_details = details_entry(_inter_video_loss_entry, InterVideoLossDetails, "inter_video_loss")
 
 
 def run_inter_video_loss(

@@ -200,6 +200,9 @@ def _intra_video_loss_entry(
     >>> loss.backward()
     >>> bool(sim.grad.abs().sum() > 0)
     True
+    >>> from evidential_prvr.functional import intra_video_loss_details
+    >>> intra_video_loss_details(sim, tau=0.06).per_query.shape
+    torch.Size([1, 2])
 
     References
     ----------
@@ -213,24 +216,7 @@ def _intra_video_loss_entry(
 
 
 intra_video_loss = loss_entry(_intra_video_loss_entry, "intra_video_loss")
-intra_video_loss_details = details_entry(_intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss_details",
-                                         """L_intra (Holmes Eq. 17) and what it computed on the way.
-
-    Takes the parameters of :func:`intra_video_loss` and returns an
-    :class:`~evidential_prvr.IntraVideoLossDetails`, whose ``loss`` is :func:`intra_video_loss`'s result.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from evidential_prvr.functional import intra_video_loss_details
-    >>> details = intra_video_loss_details(torch.rand(2, 3, 8))
-    >>> details.per_query.shape, details.per_video.shape
-    (torch.Size([2, 3]), torch.Size([2]))
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.3 and Eq. 17.
-    """)
+intra_video_loss_details = details_entry(_intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss")
 
 
 def run_intra_video_loss(

@@ -624,6 +624,10 @@ def _base_retrieval_loss(
     >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8], [0.7, 0.1]])
     >>> base_retrieval_loss(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]), margin=0.2).shape
     torch.Size([])
+    >>> from evidential_prvr.functional import base_retrieval_loss_details
+    >>> details = base_retrieval_loss_details(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]))
+    >>> details.frame_triplet, details.clip_triplet
+    (tensor(0.), tensor(0.))
 
     References
     ----------
@@ -642,25 +646,7 @@ def _base_retrieval_loss(
 
 
 base_retrieval_loss = loss_entry(_base_retrieval_loss, "base_retrieval_loss")
-base_retrieval_loss_details = details_entry(_base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss_details",
-                                            """The terms of L_base (Holmes Eq. 22 + Eq. 23) and their weighted sum.
-
-    Takes the parameters of :func:`base_retrieval_loss` and returns a
-    :class:`~evidential_prvr.BaseRetrievalLossDetails`, whose ``loss`` is :func:`base_retrieval_loss`'s result.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from evidential_prvr.functional import base_retrieval_loss_details
-    >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8], [0.7, 0.1]])
-    >>> details = base_retrieval_loss_details(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]))
-    >>> details.frame_triplet, details.clip_triplet
-    (tensor(0.), tensor(0.))
-
-    References
-    ----------
-    Holmes (ICML 2026), App. B.1, Eq. 22-23.
-    """)
+base_retrieval_loss_details = details_entry(_base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
 
 
 def run_base_retrieval_loss(
