@@ -27,7 +27,15 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
-from evidential_prvr.choices import NCE_VIDEO_TO_TEXT, VIDEO_NEGATIVES, NCEVideoToText, Reduction, VideoNegative
+from evidential_prvr.choices import (
+    NCE_VIDEO_TO_TEXT,
+    VIDEO_NEGATIVES,
+    DatasetName,
+    NCEVideoToText,
+    Preset,
+    Reduction,
+    VideoNegative,
+)
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
@@ -149,7 +157,7 @@ class TripletRankingLoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[TripletRankingLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[TripletRankingLossOverrides]
     ) -> TripletRankingLoss:
         """Margin, hard-negative pool and video negative of a preset (a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides, {"margin": "margin",
@@ -202,7 +210,7 @@ class InfoNCELoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[InfoNCELossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[InfoNCELossOverrides]
     ) -> InfoNCELoss:
         """The video→text form of a preset (a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides, {"video_to_text": "nce_video_to_text"})
@@ -247,7 +255,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[QueryDiversityLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[QueryDiversityLossOverrides]
     ) -> QueryDiversityLoss:
         """α, δ and λ of a preset (the release's ``neg_factor``; a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides,
@@ -360,7 +368,7 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[BaseRetrievalLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[BaseRetrievalLossOverrides]
     ) -> BaseRetrievalLoss:
         """Margin, InfoNCE and L_div weights and settings of a preset (the paper takes them from its code,
         App. A.1; ``dataset=None``: TVR's). ``overrides``: the constructor's arguments."""

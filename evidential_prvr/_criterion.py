@@ -26,6 +26,7 @@ from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._overrides import reject_unknown, resolve_overrides
+from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
@@ -313,8 +314,8 @@ class HolmesCriterion(nn.Module):
     @classmethod
     def from_preset(
         cls,
-        preset: str,
-        dataset: str | None = None,
+        preset: Preset,
+        dataset: DatasetName | None = None,
         *,
         schedule: int | Mapping[str, int] | None = None,
         **overrides: Unpack[HolmesCriterionOverrides],

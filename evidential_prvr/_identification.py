@@ -17,7 +17,7 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
-from evidential_prvr.choices import EntropyMedian, Fusion, MatchRule, TanhScaling
+from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
 from evidential_prvr.functional._identification import (
     IDENTIFICATION_PARAMETERS,
     Identification,
@@ -119,7 +119,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[IdentifierOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IdentifierOverrides]
     ) -> UncertaintyGuidedIdentifier:
         """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""

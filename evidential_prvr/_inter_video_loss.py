@@ -17,7 +17,17 @@ from evidential_prvr._overrides import (
     settings_from_preset,
     settings_properties,
 )
-from evidential_prvr.choices import CalibrationSet, EntropyMedian, Fusion, InterTerm, MatchRule, Reduction, TanhScaling
+from evidential_prvr.choices import (
+    CalibrationSet,
+    DatasetName,
+    EntropyMedian,
+    Fusion,
+    InterTerm,
+    MatchRule,
+    Preset,
+    Reduction,
+    TanhScaling,
+)
 from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS
 from evidential_prvr.functional._inter_video import (
     CALIBRATION_PARAMETERS,
@@ -129,7 +139,7 @@ class EvidentialRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[EvidentialRetrievalLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[EvidentialRetrievalLossOverrides]
     ) -> EvidentialRetrievalLoss:
         """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides`` (e.g. ``calibrate=False``) replace preset values, an

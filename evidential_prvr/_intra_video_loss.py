@@ -14,7 +14,7 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import check_settings, override_settings, settings_properties
-from evidential_prvr.choices import IntraAssignment, Reduction, TanhScaling
+from evidential_prvr.choices import DatasetName, IntraAssignment, Preset, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._intra_video import (
     INTRA_PARAMETERS,
@@ -125,7 +125,7 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
     ) -> IntraVideoEvidentialLoss:
         """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's).

@@ -16,11 +16,20 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
+    "Preset", "PRESETS", "DatasetName",
     "Reduction", "REDUCTIONS", "TanhScaling", "TANH_SCALINGS", "MatchRule", "MATCH_RULES", "EntropyMedian",
     "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
     "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
     "NCE_VIDEO_TO_TEXT", "Confidence", "CONFIDENCES", "IdentificationRule", "IDENTIFICATION_RULES",
 ]
+
+Preset = Literal["paper", "release"]
+PRESETS: tuple[Preset, ...] = get_args(Preset)
+"""Preset names accepted by every ``from_preset``."""
+
+DatasetName = Literal["tvr", "activitynet", "charades", "act", "cha"]
+"""The data set names of the presets (the release's ``-d tvr|act|cha`` included), as a type; their
+canonical forms are :data:`~evidential_prvr.presets.DATASETS`."""
 
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidential_prvr._checks import check_choice
+from evidential_prvr.choices import PRESETS
 from evidential_prvr.functional._flexible_ot import TransportSettings
 from evidential_prvr.functional._identification import IdentificationSettings
 from evidential_prvr.functional._inter_video import InterVideoSettings
@@ -51,8 +52,6 @@ __all__ = [
     "holmes_settings",
 ]
 
-PRESETS = ("paper", "release")
-"""Preset names accepted by every ``from_preset``."""
 
 DATASETS = ("tvr", "activitynet", "charades")
 """Canonical data set names."""

@@ -33,8 +33,10 @@ from evidential_prvr.choices import (
     IDENTIFICATION_RULES,
     TANH_SCALINGS,
     Confidence,
+    DatasetName,
     EntropyMedian,
     IdentificationRule,
+    Preset,
     TanhScaling,
 )
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion, gallery_opinion
@@ -121,7 +123,7 @@ class GalleryUncertainty(nn.Module):
         self.validate_args = validate_args
 
     @classmethod
-    def from_preset(cls, name: str, dataset: str | None = None, **overrides: Any) -> GalleryUncertainty:
+    def from_preset(cls, name: Preset, dataset: DatasetName | None = None, **overrides: Any) -> GalleryUncertainty:
         """The evidence settings (τ, tanh scaling) of the ``"paper"`` or ``"release"`` preset; ``overrides``
         (``k``, ``tau``, ``tanh_scaling``, ``query_chunk``, ``validate_args``) replace preset values."""
         inter = holmes_settings(name, dataset).inter

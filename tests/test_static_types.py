@@ -126,6 +126,7 @@ def test_user_mistakes_are_reported(mypy_output):
     assert 'Argument "fusion" has incompatible type "Literal[\'uncertain\']"' in out
     assert ('Argument "reduction" to "EvidentialRetrievalLoss" has incompatible type "Literal[\'avg\']"; '
             'expected "Literal[\'mean\', \'sum\', \'none\']"') in out
+    assert 'Argument 1 to "from_preset" of "IntraVideoEvidentialLoss" has incompatible type "Literal[\'relase\']"' in out
     revealed = [line for line in out.splitlines() if "Revealed type" in line]
     assert "epsilon: float =, n_iters: int =" in revealed[0] and "*Any" not in revealed[0]
     assert "-> evidential_prvr.functional._flexible_ot.FlexibleOTResult" in revealed[1]
@@ -168,3 +169,15 @@ def test_attributes_declared_for_type_checkers_are_the_schema_fields(cls, schema
     declared = {s.target.id: ast.unparse(s.annotation) for s in block.body
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not s.target.id.startswith("_")}
     assert declared == {f.name: str(f.type) for f in dataclasses.fields(schema)}
+
+
+def test_the_choice_types_are_the_values_the_checks_accept():
+    from typing import get_args
+
+    from evidential_prvr import choices
+
+    assert set(get_args(choices.DatasetName)) == set(presets.DATASET_ALIASES)
+    assert presets.PRESETS == get_args(choices.Preset)
+    for name in choices.__all__:
+        if name.isupper():  # a tuple of values: its type is the alias defined beside it
+            assert all(isinstance(value, str) for value in getattr(choices, name)), name

@@ -15,5 +15,6 @@ b = ep.BaseRetrievalLoss.from_preset("release", dataset="tvr", video_negative="h
 i = F.intra_video_loss(torch.rand(2, 3, 4), asignment="ot")  # misspelt keyword
 d = F.inter_video_loss_details(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1]), fusion="uncertain")
 e = ep.EvidentialRetrievalLoss(reduction="avg")  # misspelt choice in a constructor
+p = ep.IntraVideoEvidentialLoss.from_preset("relase", "tvr")  # misspelt preset
 reveal_type(ep.FlexibleOT.__init__)
 reveal_type(F.flexible_ot)
