@@ -37,7 +37,7 @@ REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 
 TanhScaling = Literal["inside", "outside"]
 TANH_SCALINGS: tuple[TanhScaling, ...] = get_args(TanhScaling)
-"""Where the temperature of Holmes Eq. 3 is applied: ``"inside"`` (paper) or ``"outside"`` (release)."""
+"""Where the temperature of Holmes Eq. 3 is applied, ``"inside"`` (paper) or ``"outside"`` (release)."""
 
 MatchRule = Literal["any_positive", "argmax"]
 MATCH_RULES: tuple[MatchRule, ...] = get_args(MatchRule)
@@ -46,15 +46,15 @@ MATCH_RULES: tuple[MatchRule, ...] = get_args(MatchRule)
 
 EntropyMedian = Literal["candidates", "batch"]
 ENTROPY_MEDIANS: tuple[EntropyMedian, ...] = get_args(EntropyMedian)
-"""Median rules of Holmes Eq. 12: ``"candidates"`` (paper) or ``"batch"`` (release)."""
+"""Median rules of Holmes Eq. 12, ``"candidates"`` (paper) or ``"batch"`` (release)."""
 
 Fusion = Literal["uncertainty_dominant", "confidence_dominant", "frame", "clip"]
 FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
-"""Partition fusion rules: Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
+"""Partition fusion rules, Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
 
 CalibrationSet = Literal["refined", "initial"]
 CALIBRATION_SETS: tuple[CalibrationSet, ...] = get_args(CalibrationSet)
-"""Which polysemous set gets calibrated labels: S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
+"""Which polysemous set gets calibrated labels, S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
 
 InterTerm = Literal["frame", "clip", "fused"]
 INTER_TERMS: tuple[InterTerm, ...] = get_args(InterTerm)
@@ -62,7 +62,7 @@ INTER_TERMS: tuple[InterTerm, ...] = get_args(InterTerm)
 
 IntraAssignment = Literal["fot", "ot", "softmax"]
 INTRA_ASSIGNMENTS: tuple[IntraAssignment, ...] = get_args(IntraAssignment)
-"""Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
+"""Soft labels of the intra-video loss (Holmes Table 3, the default and rows 11-12)."""
 
 VideoNegative = Literal["hardest", "pool"]
 VIDEO_NEGATIVES: tuple[VideoNegative, ...] = get_args(VideoNegative)
