@@ -415,7 +415,7 @@ class BaseRetrievalLoss(_SettingsLoss):
             return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, self._settings,
                                            hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
                                            generator=generator, reduction=self.reduction,
-                                           return_details=details, validate_args=self.validate_args,
+                                           details=details, validate_args=self.validate_args,
                                            diversity=diversity)
 
     forward = loss_method(_loss, """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings

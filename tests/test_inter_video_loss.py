@@ -94,7 +94,7 @@ def test_calibration_options():
     target = torch.arange(4)
     warm = EvidentialRetrievalLoss(calibrate=False).details(frame, clip, target)
     assert torch.equal(warm.target, torch.eye(4, dtype=torch.float64))
-    assert warm.identification is not None  # still reported with return_details
+    assert warm.identification is not None  # still reported by details
     no_gamma = EvidentialRetrievalLoss(gamma=0.0)(frame, clip, target)
     torch.testing.assert_close(no_gamma, warm.loss)
     initial = EvidentialRetrievalLoss(calibration_set="initial").details(frame, clip, target)

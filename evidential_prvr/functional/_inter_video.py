@@ -323,7 +323,7 @@ def run_inter_video_loss(
     query_video: torch.Tensor,
     settings: InterVideoSettings,
     reduction: Reduction,
-    return_details: bool,
+    details: bool,
     validate_args: bool | None,
     *,
     calibrate: bool | None = None,
@@ -335,7 +335,7 @@ def run_inter_video_loss(
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     calibrate = settings.calibrate if calibrate is None else calibrate
     return _inter_video_loss(frame_sim, clip_sim, mask, settings, settings.gamma, calibrate, settings.calibration_set,
-                             settings.terms, reduction, return_details)
+                             settings.terms, reduction, details)
 
 
 def _inter_video_loss(
@@ -348,7 +348,7 @@ def _inter_video_loss(
     calibration_set: CalibrationSet,
     terms: tuple[InterTerm, ...],
     reduction: Reduction,
-    return_details: bool,
+    details: bool,
 ) -> torch.Tensor | InterVideoLossDetails:
     """:func:`inter_video_loss` on validated inputs."""
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
@@ -360,7 +360,7 @@ def _inter_video_loss(
     label = normalized_target(mask, dtype)
 
     identification = None
-    if calibrate or return_details:
+    if calibrate or details:
         identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings)
     if calibrate and gamma > 0.0:
         assert identification is not None
@@ -375,7 +375,7 @@ def _inter_video_loss(
     for term in terms[1:]:
         total = total + rows[term]
     loss = reduce_rows(total, reduction)
-    if not return_details:
+    if not details:
         return loss
     return InterVideoLossDetails(
         loss=loss,

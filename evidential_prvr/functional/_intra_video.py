@@ -226,7 +226,7 @@ def run_intra_video_loss(
     settings: IntraVideoSettings,
     transport: TransportSettings,
     reduction: Reduction,
-    return_details: bool,
+    details: bool,
     validate_args: bool | None,
 ) -> torch.Tensor | IntraVideoLossDetails:
     """:func:`intra_video_loss` with its settings already checked (the path of
@@ -242,7 +242,7 @@ def run_intra_video_loss(
     validate = should_validate(validate_args)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, transport, validate)
     return _intra_video_loss(sim, qmask, cmask, valid, dense, transport, settings.tau, settings.tanh_scaling,
-                             settings.assignment, reduction, return_details, validate)
+                             settings.assignment, reduction, details, validate)
 
 
 def _intra_video_loss(
@@ -256,7 +256,7 @@ def _intra_video_loss(
     tanh_scaling: TanhScaling,
     assignment: IntraAssignment,
     reduction: Reduction,
-    return_details: bool,
+    details: bool,
     validate: bool,
 ) -> torch.Tensor | IntraVideoLossDetails:
     """:func:`intra_video_loss` on validated inputs."""
@@ -284,6 +284,6 @@ def _intra_video_loss(
         loss = (per_video * has_query).sum()
     else:
         loss = (per_video * has_query).sum() / has_query.sum().clamp_min(1).to(per_query.dtype)
-    if not return_details:
+    if not details:
         return loss
     return IntraVideoLossDetails(loss, per_query, per_video, alpha, target, transport)

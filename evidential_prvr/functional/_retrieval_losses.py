@@ -642,7 +642,7 @@ def _base_retrieval_loss(
     return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings,
                                    hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
                                    clip_logits=clip_logits, generator=generator, reduction=reduction,
-                                   return_details=details, validate_args=validate_args)
+                                   details=details, validate_args=validate_args)
 
 
 base_retrieval_loss = loss_entry(_base_retrieval_loss, "base_retrieval_loss")
@@ -661,7 +661,7 @@ def run_base_retrieval_loss(
     clip_logits: torch.Tensor | None,
     generator: torch.Generator | None,
     reduction: Reduction,
-    return_details: bool,
+    details: bool,
     validate_args: bool | None,
     diversity: torch.Tensor | None = None,
 ) -> torch.Tensor | BaseRetrievalLossDetails:
@@ -712,6 +712,6 @@ def run_base_retrieval_loss(
     total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]
              + s.clip_nce_weight * rows["clip_nce"] + s.div_weight * rows["diversity"])
     loss = reduce_rows(total, reduction)
-    if not return_details:
+    if not details:
         return loss
     return BaseRetrievalLossDetails(loss, **{name: reduce_rows(r, reduction) for name, r in rows.items()})
