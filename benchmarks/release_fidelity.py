@@ -77,8 +77,8 @@ def peak_rss_gib() -> float:
 
 def _record_steps(trainer) -> list[dict]:
     """Record every training step's loss terms (unweighted, as the release's runner logs them), the global
-    gradient norm before clipping and the learning rate of the update, through a hook on the objective's
-    criterion (which the objective asks for its details), the trainer's clipping and an optimiser hook."""
+    gradient norm before clipping and the learning rate of the update, through the objective's criterion's
+    ``details`` (which the objective calls), the trainer's clipping and an optimiser hook."""
     import reference_models.engine.trainer as trainer_module
 
     steps: list[dict] = []
@@ -87,9 +87,12 @@ def _record_steps(trainer) -> list[dict]:
     def value(x: torch.Tensor) -> float:
         return float(x.detach())
 
-    def criterion_hook(module, inputs, out):
+    details = criterion.details
+
+    def recording_details(*args, **kwargs):
+        out = details(*args, **kwargs)
         base = out.base_details
-        step = {"epoch": module.epoch, "loss": value(out.loss), "triplet": value(base.clip_triplet + base.frame_triplet),
+        step = {"epoch": criterion.epoch, "loss": value(out.loss), "triplet": value(base.clip_triplet + base.frame_triplet),
                 "nce_clip": value(base.clip_nce), "nce_frame": value(base.frame_nce), "div": value(base.diversity),
                 "intra": value(out.intra)}
         if out.inter_details is not None:
@@ -97,6 +100,7 @@ def _record_steps(trainer) -> list[dict]:
             step.update(edl_frame=value(inter.frame_loss), edl_clip=value(inter.clip_loss),
                         edl_fused=value(inter.fused_loss))
         steps.append(step)
+        return out
 
     clip = trainer_module.clip_gradients
 
@@ -108,7 +112,7 @@ def _record_steps(trainer) -> list[dict]:
     def step_hook(optimizer, args, kwargs):
         steps[-1]["lr"] = optimizer.param_groups[0]["lr"]
 
-    criterion.register_forward_hook(criterion_hook)
+    criterion.details = recording_details
     trainer_module.clip_gradients = recording_clip
     trainer.optimizer.register_step_pre_hook(step_hook)
     return steps

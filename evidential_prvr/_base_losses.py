@@ -10,40 +10,46 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal, TypedDict, TypeVar, cast, overload
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr._docs import insert_docs
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
+    resolve_overrides,
     settings_from_preset,
     settings_properties,
     settings_repr,
 )
+from evidential_prvr.choices import (
+    NCE_VIDEO_TO_TEXT,
+    VIDEO_NEGATIVES,
+    DatasetName,
+    NCEVideoToText,
+    Preset,
+    Reduction,
+    VideoNegative,
+)
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
-    NCE_VIDEO_TO_TEXT,
-    VIDEO_NEGATIVES,
+    BASE_LOSS_PARAMETERS,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
-    NCEVideoToText,
-    VideoNegative,
     info_nce_loss,
     query_diversity_loss,
     run_base_retrieval_loss,
     triplet_ranking_loss,
 )
-from evidential_prvr.presets import apply_overrides, module_settings
+from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 T = TypeVar("T")
@@ -53,7 +59,7 @@ __all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetri
 
 
 class _LossOverrides(TypedDict, total=False):
-    reduction: str
+    reduction: Reduction
     validate_args: bool | None
     distributed: bool
 
@@ -64,13 +70,13 @@ class TripletRankingLossOverrides(_LossOverrides, total=False):
     margin: float
     hard_negative_topk: int
     use_hard_negatives: bool
-    video_negative: str
+    video_negative: VideoNegative
 
 
 class InfoNCELossOverrides(_LossOverrides, total=False):
     """The keyword overrides of :meth:`InfoNCELoss.from_preset`: its constructor's arguments."""
 
-    video_to_text: str
+    video_to_text: NCEVideoToText
 
 
 class QueryDiversityLossOverrides(_LossOverrides, total=False):
@@ -89,8 +95,8 @@ class BaseRetrievalLossOverrides(_LossOverrides, total=False):
     margin: float
     div_delta: float
     hard_negative_topk: int
-    video_negative: str
-    nce_video_to_text: str
+    video_negative: VideoNegative
+    nce_video_to_text: NCEVideoToText
     div_alpha: float
     div_lambda: float
     frame_nce_weight: float
@@ -107,7 +113,7 @@ def _from_base_section(cls: type[T], preset: str, dataset: str | None, overrides
     base = module_settings(preset, dataset).require("base", f"{cls.__name__}.from_preset({preset!r})")
     kwargs = {arg: getattr(base, field) for arg, field in fields.items()}
     kwargs.update(fixed, reduction="mean", validate_args=None, distributed=False)
-    return cls(**apply_overrides(kwargs, overrides, cls.__name__))
+    return cls(**resolve_overrides(kwargs, overrides, cls.__name__)[0])
 
 
 class TripletRankingLoss(_ReducedLoss):
@@ -134,8 +140,8 @@ class TripletRankingLoss(_ReducedLoss):
         margin: float = 0.2,
         hard_negative_topk: int = 20,
         use_hard_negatives: bool = False,
-        video_negative: str = "hardest",
-        reduction: str = "mean",
+        video_negative: VideoNegative = "hardest",
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -146,12 +152,12 @@ class TripletRankingLoss(_ReducedLoss):
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
-        self.video_negative = cast(VideoNegative, video_negative)  # one of VIDEO_NEGATIVES (checked above)
+        self.video_negative = video_negative
         self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[TripletRankingLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[TripletRankingLossOverrides]
     ) -> TripletRankingLoss:
         """Margin, hard-negative pool and video negative of a preset (a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides, {"margin": "margin",
@@ -195,16 +201,16 @@ class InfoNCELoss(_ReducedLoss):
     Predictive Coding", 2018.
     """
 
-    def __init__(self, video_to_text: str = "release", reduction: str = "mean",
+    def __init__(self, video_to_text: NCEVideoToText = "release", reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
         super().__init__(reduction, validate_args)
-        self.video_to_text = cast(NCEVideoToText, video_to_text)  # one of NCE_VIDEO_TO_TEXT (checked above)
+        self.video_to_text = video_to_text
         self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[InfoNCELossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[InfoNCELossOverrides]
     ) -> InfoNCELoss:
         """The video→text form of a preset (a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides, {"video_to_text": "nce_video_to_text"})
@@ -238,7 +244,7 @@ class QueryDiversityLoss(_ReducedLoss):
     Holmes (ICML 2026), Eq. 23; Wang et al., "GMMFormer", AAAI 2024.
     """
 
-    def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: str = "mean",
+    def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_positive(alpha, "alpha")
         check_in_range(delta, "delta", -2.0, 2.0)
@@ -249,7 +255,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[QueryDiversityLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[QueryDiversityLossOverrides]
     ) -> QueryDiversityLoss:
         """α, δ and λ of a preset (the release's ``neg_factor``; a ``dataset`` is needed)."""
         return _from_base_section(cls, preset, dataset, overrides,
@@ -273,6 +279,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
 
 @settings_properties(BaseRetrievalSettings)
+@insert_docs(base=BASE_LOSS_PARAMETERS)
 class BaseRetrievalLoss(_SettingsLoss):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.base_retrieval_loss`.
@@ -282,22 +289,13 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     Parameters
     ----------
-    margin : float
-        Triplet margin (0.1 TVR, 0.2 ActivityNet/Charades in the release).
-    frame_nce_weight, clip_nce_weight : float
-        :math:`\lambda_f`, :math:`\lambda_c`.
-    div_weight : float
-        :math:`\lambda_{div}`.
-    div_alpha, div_delta, div_lambda : float
-        :math:`\alpha`, :math:`\delta`, :math:`\lambda` of Eq. 23.
+    {base}
+    frame_nce_weight, clip_nce_weight, div_weight : float
+        :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0).
     hard_negative_topk : int
         Hard-negative pool size, used once ``use_hard_negatives`` is True.
     use_hard_negatives : bool
         Start with hard negatives on (the release switches them on at epoch 20).
-    video_negative : {"hardest", "pool"}
-        Video→text hard-negative rule.
-    nce_video_to_text : {"release", "paper"}
-        Video→text InfoNCE form.
     reduction : {"mean", "sum", "none"}
         Applied to every term.
     validate_args : bool, optional
@@ -324,8 +322,8 @@ class BaseRetrievalLoss(_SettingsLoss):
         margin: float
         div_delta: float
         hard_negative_topk: int
-        video_negative: str
-        nce_video_to_text: str
+        video_negative: VideoNegative
+        nce_video_to_text: NCEVideoToText
         div_alpha: float
         div_lambda: float
         frame_nce_weight: float
@@ -343,11 +341,11 @@ class BaseRetrievalLoss(_SettingsLoss):
         div_alpha: float = 32.0,
         div_delta: float = 0.2,
         div_lambda: float = 1.0,
-        video_negative: str = "hardest",
-        nce_video_to_text: str = "release",
+        video_negative: VideoNegative = "hardest",
+        nce_video_to_text: NCEVideoToText = "release",
         hard_negative_topk: int = 20,
         use_hard_negatives: bool = False,
-        reduction: str = "mean",
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -361,7 +359,7 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,
-                      reduction: str = "mean", validate_args: bool | None = None,
+                      reduction: Reduction = "mean", validate_args: bool | None = None,
                       distributed: bool = False) -> BaseRetrievalLoss:
         """The loss of a ``BaseRetrievalSettings`` (e.g. ``BaseRetrievalSettings.from_sections`` of a
         registry entry)."""
@@ -370,7 +368,7 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[BaseRetrievalLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[BaseRetrievalLossOverrides]
     ) -> BaseRetrievalLoss:
         """Margin, InfoNCE and L_div weights and settings of a preset (the paper takes them from its code,
         App. A.1; ``dataset=None``: TVR's). ``overrides``: the constructor's arguments."""
@@ -389,27 +387,9 @@ class BaseRetrievalLoss(_SettingsLoss):
         return (f"{settings_repr(self._settings)}, use_hard_negatives={self.use_hard_negatives}, "
                 f"reduction={self.reduction!r}")
 
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
-                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
-                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
-                return_details: Literal[False] = ..., hard_negatives: bool | None = ...) -> torch.Tensor: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
-                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
-                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
-                return_details: Literal[True], hard_negatives: bool | None = ...) -> BaseRetrievalLossDetails: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_emb: torch.Tensor,
-                query_video: torch.Tensor, *, frame_logits: torch.Tensor | None = ...,
-                clip_logits: torch.Tensor | None = ..., generator: torch.Generator | None = ...,
-                return_details: bool = ..., hard_negatives: bool | None = ...
-                ) -> torch.Tensor | BaseRetrievalLossDetails: ...
-
-    def forward(
+    def _loss(
         self,
+        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_emb: torch.Tensor,
@@ -418,13 +398,8 @@ class BaseRetrievalLoss(_SettingsLoss):
         frame_logits: torch.Tensor | None = None,
         clip_logits: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
-        return_details: bool = False,
         hard_negatives: bool | None = None,
     ) -> torch.Tensor | BaseRetrievalLossDetails:
-        """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings ``[Q, d]`` and the
-        positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given. Details on request.
-        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
-        :class:`~evidential_prvr.HolmesCriterion` applies its schedule)."""
         hard = self.use_hard_negatives if hard_negatives is None else bool(hard_negatives)
         diversity = None
         with shared_gathers():
@@ -440,8 +415,17 @@ class BaseRetrievalLoss(_SettingsLoss):
             return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, self._settings,
                                            hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
                                            generator=generator, reduction=self.reduction,
-                                           return_details=return_details, validate_args=self.validate_args,
+                                           details=details, validate_args=self.validate_args,
                                            diversity=diversity)
+
+    forward = loss_method(_loss, """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings
+        ``[Q, d]`` and the positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given.
+        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
+        :class:`~evidential_prvr.HolmesCriterion` applies its schedule); ``generator`` draws the triplet
+        negatives.""")
+    details = details_method(_loss, BaseRetrievalLossDetails, """The arguments of :meth:`forward`; returns every
+        term (:class:`~evidential_prvr.BaseRetrievalLossDetails`, whose ``loss`` is what :meth:`forward` returns).
+        Called directly, it does not run the module's hooks.""")
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 from torch import nn
@@ -22,10 +21,12 @@ from evidential_prvr._base_losses import BaseRetrievalLoss
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
 from evidential_prvr._distributed import set_sizes, shared_gathers, warn_per_rank
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
-from evidential_prvr._overrides import reject_unknown
+from evidential_prvr._overrides import reject_unknown, resolve_overrides
+from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
@@ -33,9 +34,7 @@ from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetail
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 _LOG = logging.getLogger("evidential_prvr")
@@ -89,7 +88,7 @@ class HolmesLossDetails:
     >>> from evidential_prvr import HolmesCriterion
     >>> criterion = HolmesCriterion.from_preset("release", dataset="tvr")
     >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8]])
-    >>> details = criterion(sim, sim, [0, 1], query_emb=torch.eye(2), return_details=True)
+    >>> details = criterion.details(sim, sim, [0, 1], query_emb=torch.eye(2))
     >>> details.stage, details.intra_details is None  # epoch 0: first stage, no L_intra
     (1, True)
 
@@ -198,8 +197,8 @@ class HolmesCriterion(nn.Module):
     or to ``from_preset``) changes the total. What the parts share is computed once and passed: the
     positives (as a tensor), the stage (``calibrate=`` of ``inter``), the hard-negative switch
     (``hard_negatives=`` of ``base``) and the grouped intra-video batch. A replacement part takes the
-    same arguments as the module it replaces and returns a tensor or its details dataclass (with a
-    ``loss``).
+    same arguments as the module it replaces: its ``forward`` returns a tensor and its ``details`` its
+    details dataclass (with a ``loss``), called by :meth:`details`.
 
     **Schedule.** Call :meth:`set_epoch` (0-based) before each epoch. In the first
     ``warmup_stage_epochs`` epochs L_inter runs without label calibration and L_intra is off; from
@@ -242,8 +241,8 @@ class HolmesCriterion(nn.Module):
     >>> q, v, mc, d = 6, 3, 8, 16
     >>> query_video = [0, 0, 1, 1, 2, 2]  # the release's text_labels
     >>> frame_sim, clip_sim = torch.rand(q, v), torch.rand(q, v)
-    >>> details = criterion(frame_sim, clip_sim, query_video, query_emb=torch.randn(q, d),
-    ...                     clip_emb=torch.randn(v, mc, d), return_details=True)
+    >>> details = criterion.details(frame_sim, clip_sim, query_video, query_emb=torch.randn(q, d),
+    ...                             clip_emb=torch.randn(v, mc, d))
     >>> details.stage, sorted(details.base_details.__dict__)[:2]
     (2, ['clip_nce', 'clip_triplet'])
 
@@ -315,8 +314,8 @@ class HolmesCriterion(nn.Module):
     @classmethod
     def from_preset(
         cls,
-        preset: str,
-        dataset: str | None = None,
+        preset: Preset,
+        dataset: DatasetName | None = None,
         *,
         schedule: int | Mapping[str, int] | None = None,
         **overrides: Unpack[HolmesCriterionOverrides],
@@ -344,46 +343,37 @@ class HolmesCriterion(nn.Module):
             raises ``TypeError``.
         """
         owner = f"{cls.__name__}.from_preset({preset!r})"
-        reject_unknown(overrides, ("base", "inter", "intra", "inter_weight", "intra_weight", *SCHEDULE_SWITCHES,
-                                   "validate_args", "distributed"), cls.__name__)
         sections = module_settings(preset, dataset)
         weights, preset_schedule = sections.require("weights", owner), sections.require("schedule", owner)
         switches = {name: getattr(preset_schedule, name) for name in SCHEDULE_SWITCHES}
         total_epochs = None
         if isinstance(schedule, Mapping):
             reject_unknown(schedule, SCHEDULE_SWITCHES, f"{cls.__name__}(schedule=...)")
+            for name in SCHEDULE_SWITCHES:
+                if name in overrides and name in schedule:
+                    raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
             switches.update(schedule)
         elif schedule is not None:
             total_epochs = _check_epoch_count(schedule, "schedule", 1)
             switches = {name: scaled_switch_epoch(epoch, total_epochs, preset_schedule.epochs)
                         for name, epoch in switches.items()}
-        for name in SCHEDULE_SWITCHES:
-            if name in overrides and isinstance(schedule, Mapping) and name in schedule:
-                raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
-        validate = overrides.pop("validate_args", None)
-        distributed = bool(overrides.pop("distributed", False))
-        if "base" in overrides:
-            base = overrides["base"]
-        else:
-            base = BaseRetrievalLoss.from_settings(
+        values, parts = resolve_overrides(
+            {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches, "validate_args": None,
+             "distributed": False}, overrides, cls.__name__, ("base", "inter", "intra"))
+        validate, distributed = values.pop("validate_args"), bool(values.pop("distributed"))
+        if "base" not in parts:
+            parts["base"] = BaseRetrievalLoss.from_settings(
                 BaseRetrievalSettings.from_sections(sections.require("base", owner), weights),
                 validate_args=validate, distributed=distributed)
-        if "inter" in overrides:
-            inter = overrides["inter"]
-        else:
-            inter = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
-                                                          distributed=distributed)
-        if "intra" in overrides:
-            intra = overrides["intra"]
-        else:
-            intra = IntraVideoEvidentialLoss.from_settings(sections.intra, FlexibleOT.from_settings(sections.transport),
-                                                           validate_args=validate, distributed=distributed)
-        return cls(base, inter, intra,
-                   inter_weight=overrides.get("inter_weight", weights.inter),
-                   intra_weight=overrides.get("intra_weight", weights.intra),
-                   warmup_stage_epochs=overrides.get("warmup_stage_epochs", switches["warmup_stage_epochs"]),
-                   hard_negative_epoch=overrides.get("hard_negative_epoch", switches["hard_negative_epoch"]),
-                   total_epochs=total_epochs, distributed=distributed)
+        if "inter" not in parts:
+            parts["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
+                                                                   distributed=distributed)
+        if "intra" not in parts:
+            parts["intra"] = IntraVideoEvidentialLoss.from_settings(
+                sections.intra, FlexibleOT.from_settings(sections.transport), validate_args=validate,
+                distributed=distributed)
+        return cls(parts["base"], parts["inter"], parts["intra"], **values, total_epochs=total_epochs,
+                   distributed=distributed)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based); a change is logged at INFO."""
@@ -412,59 +402,9 @@ class HolmesCriterion(nn.Module):
                 f"warmup_stage_epochs={self.warmup_stage_epochs}, hard_negative_epoch={self.hard_negative_epoch}, "
                 f"epoch={self.epoch}" + (", distributed=True" if self.distributed else ""))
 
-    @overload
-    def forward(
+    def _loss(
         self,
-        frame_sim: torch.Tensor,
-        clip_sim: torch.Tensor,
-        query_video: torch.Tensor | Sequence[int],
-        *,
-        query_emb: torch.Tensor,
-        clip_emb: torch.Tensor | None = ...,
-        frame_logits: torch.Tensor | None = ...,
-        clip_logits: torch.Tensor | None = ...,
-        clip_mask: torch.Tensor | None = ...,
-        max_queries: int | None = ...,
-        generator: torch.Generator | None = ...,
-        return_details: Literal[False] = ...,
-    ) -> torch.Tensor: ...
-
-    @overload
-    def forward(
-        self,
-        frame_sim: torch.Tensor,
-        clip_sim: torch.Tensor,
-        query_video: torch.Tensor | Sequence[int],
-        *,
-        query_emb: torch.Tensor,
-        clip_emb: torch.Tensor | None = ...,
-        frame_logits: torch.Tensor | None = ...,
-        clip_logits: torch.Tensor | None = ...,
-        clip_mask: torch.Tensor | None = ...,
-        max_queries: int | None = ...,
-        generator: torch.Generator | None = ...,
-        return_details: Literal[True],
-    ) -> HolmesLossDetails: ...
-
-    @overload
-    def forward(
-        self,
-        frame_sim: torch.Tensor,
-        clip_sim: torch.Tensor,
-        query_video: torch.Tensor | Sequence[int],
-        *,
-        query_emb: torch.Tensor,
-        clip_emb: torch.Tensor | None = ...,
-        frame_logits: torch.Tensor | None = ...,
-        clip_logits: torch.Tensor | None = ...,
-        clip_mask: torch.Tensor | None = ...,
-        max_queries: int | None = ...,
-        generator: torch.Generator | None = ...,
-        return_details: bool = ...,
-    ) -> torch.Tensor | HolmesLossDetails: ...
-
-    def forward(
-        self,
+        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_video: torch.Tensor | Sequence[int],
@@ -476,9 +416,17 @@ class HolmesCriterion(nn.Module):
         clip_mask: torch.Tensor | None = None,
         max_queries: int | None = None,
         generator: torch.Generator | None = None,
-        return_details: bool = False,
     ) -> torch.Tensor | HolmesLossDetails:
-        """The loss of one training batch.
+        if not self.distributed:
+            warn_per_rank(type(self).__name__)
+        elif is_distributed():
+            with shared_gathers():
+                return self._batch_loss(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits,
+                                        clip_logits, clip_mask, max_queries, generator, details)
+        return self._batch_loss(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits, clip_logits,
+                                clip_mask, max_queries, generator, details)
+
+    forward = loss_method(_loss, """The loss of one training batch.
 
         Parameters
         ----------
@@ -504,12 +452,11 @@ class HolmesCriterion(nn.Module):
             ``distributed=True``, of the global batch.
         generator : torch.Generator, optional
             Random source of the triplet negatives.
-        return_details : bool
-            Return a :class:`HolmesLossDetails` with every part instead of the total.
 
         Returns
         -------
-        torch.Tensor or HolmesLossDetails
+        torch.Tensor
+            The total; :meth:`details` returns every part.
 
         Notes
         -----
@@ -525,15 +472,10 @@ class HolmesCriterion(nn.Module):
         videos. Every rank returns the single-process loss of the global batch; each input's gradient is
         ``world_size`` times its single-process gradient (DDP's mean then gives the single-process one).
         The optional arguments must be given on every rank or on none.
-        """
-        if not self.distributed:
-            warn_per_rank(type(self).__name__)
-        elif is_distributed():
-            with shared_gathers():
-                return self._forward(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits,
-                                     clip_logits, clip_mask, max_queries, generator, return_details)
-        return self._forward(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits, clip_logits,
-                             clip_mask, max_queries, generator, return_details)
+        """)
+    details = details_method(_loss, HolmesLossDetails, """The arguments of :meth:`forward`; returns the total
+        and every part (:class:`HolmesLossDetails`, whose ``loss`` is what :meth:`forward` returns). Called
+        directly, it does not run the module's hooks.""")
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward
@@ -574,7 +516,7 @@ class HolmesCriterion(nn.Module):
             max_queries = max(max(row[4] for row in table), 1)
         return positives - rank_offset(video_sizes), max_queries
 
-    def _forward(
+    def _batch_loss(
         self,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
@@ -586,7 +528,7 @@ class HolmesCriterion(nn.Module):
         clip_mask: torch.Tensor | None,
         max_queries: int | None,
         generator: torch.Generator | None,
-        return_details: bool,
+        details: bool,
     ) -> torch.Tensor | HolmesLossDetails:
         check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
         check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
@@ -601,16 +543,18 @@ class HolmesCriterion(nn.Module):
         positives = _as_query_video(query_video, frame_sim.device)
         local_videos, max_queries = self._local_videos(positives, frame_sim.shape[1], clip_emb, max_queries)
         stage = self.stage
-        base_details = self.base(frame_sim, clip_sim, query_emb, positives, frame_logits=frame_logits,
-                                 clip_logits=clip_logits, generator=generator, return_details=True,
-                                 hard_negatives=self.hard_negatives)
-        base = base_details.loss if isinstance(base_details, BaseRetrievalLossDetails) else base_details
+        base_part = self.base.details if details else self.base
+        base_out = base_part(frame_sim, clip_sim, query_emb, positives, frame_logits=frame_logits,
+                             clip_logits=clip_logits, generator=generator, hard_negatives=self.hard_negatives)
+        base_details, base = ((base_out, base_out.loss) if isinstance(base_out, BaseRetrievalLossDetails)
+                              else (None, base_out))
         zero = base.new_zeros(())
         inter = intra = zero
         inter_details = intra_details = None
         if self.inter is not None:
             # details (and with them the identification) only when asked for or used by the calibration
-            out = self.inter(frame_sim, clip_sim, positives, return_details,
+            inter_part = self.inter.details if details else self.inter
+            out = inter_part(frame_sim, clip_sim, positives,
                              calibrate=getattr(self.inter, "calibrate", True) and stage == 2)
             inter_details, inter = (out, out.loss) if isinstance(out, InterVideoLossDetails) else (None, out)
         if self.intra is not None and stage == 2:
@@ -620,10 +564,12 @@ class HolmesCriterion(nn.Module):
                 raise ValueError("L_intra needs one video per caption: pass query_video as indices [Q]")
             groups = build_intra_video_batch(query_emb, local_videos, clip_emb, clip_mask, max_queries=max_queries,
                                              validate_args=getattr(self.intra, "validate_args", None))
-            intra_out = self.intra(groups.sim, groups.query_mask, groups.clip_mask, return_details=return_details)
+            intra_part = self.intra.details if details else self.intra
+            intra_out = intra_part(groups.sim, groups.query_mask, groups.clip_mask)
             intra_details, intra = ((intra_out, intra_out.loss) if isinstance(intra_out, IntraVideoLossDetails)
                                     else (None, intra_out))
         total = base + self.inter_weight * inter + self.intra_weight * intra
-        if not return_details:
+        if not details:
             return total
+        assert base_details is not None  # base.details returns them
         return HolmesLossDetails(total, base, inter, intra, stage, base_details, inter_details, intra_details)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
+from evidential_prvr._docs import insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     check_settings,
@@ -17,12 +17,16 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
-from evidential_prvr.functional._identification import Identification, IdentificationSettings, run_identify
+from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
+from evidential_prvr.functional._identification import (
+    IDENTIFICATION_PARAMETERS,
+    Identification,
+    IdentificationSettings,
+    run_identify,
+)
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["IdentifierOverrides", "UncertaintyGuidedIdentifier"]
@@ -34,15 +38,16 @@ class IdentifierOverrides(TypedDict, total=False):
 
     beta: float
     tau: float
-    tanh_scaling: str
-    entropy_median: str
-    matched: str
-    fusion: str
+    tanh_scaling: TanhScaling
+    entropy_median: EntropyMedian
+    matched: MatchRule
+    fusion: Fusion
     validate_args: bool | None
     distributed: bool
 
 
 @settings_properties(IdentificationSettings)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS)
 class UncertaintyGuidedIdentifier(_SettingsModule):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
@@ -53,18 +58,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
 
     Parameters
     ----------
-    beta : float
-        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
-    tau : float
-        Evidence temperature of Eq. 3 (> 0).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12: paper or release.
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11: paper or release (ties to the first index).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
+    {identification}
     validate_args : bool, optional
         Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool
@@ -89,10 +83,10 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
     if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of IdentificationSettings)
         beta: float
         tau: float
-        tanh_scaling: str
-        entropy_median: str
-        matched: str
-        fusion: str
+        tanh_scaling: TanhScaling
+        entropy_median: EntropyMedian
+        matched: MatchRule
+        fusion: Fusion
         _settings: IdentificationSettings
 
     def __init__(
@@ -100,10 +94,10 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         *,
         beta: float = 0.3,
         tau: float = 0.1,
-        tanh_scaling: str = "inside",
-        entropy_median: str = "candidates",
-        matched: str = "any_positive",
-        fusion: str = "uncertainty_dominant",
+        tanh_scaling: TanhScaling = "inside",
+        entropy_median: EntropyMedian = "candidates",
+        matched: MatchRule = "any_positive",
+        fusion: Fusion = "uncertainty_dominant",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -125,7 +119,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[IdentifierOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IdentifierOverrides]
     ) -> UncertaintyGuidedIdentifier:
         """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""

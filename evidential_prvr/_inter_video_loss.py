@@ -3,50 +3,59 @@
 
 from __future__ import annotations
 
-import sys
-from typing import TYPE_CHECKING, Literal, TypedDict, overload
+from typing import TYPE_CHECKING
 
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
-from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._docs import insert_docs
+from evidential_prvr._entry_points import details_method, loss_method
+from evidential_prvr._identification import IdentifierOverrides, UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
     settings_from_preset,
     settings_properties,
 )
-from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, run_inter_video_loss
+from evidential_prvr.choices import (
+    CalibrationSet,
+    DatasetName,
+    EntropyMedian,
+    Fusion,
+    InterTerm,
+    MatchRule,
+    Preset,
+    Reduction,
+    TanhScaling,
+)
+from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS
+from evidential_prvr.functional._inter_video import (
+    CALIBRATION_PARAMETERS,
+    InterVideoLossDetails,
+    InterVideoSettings,
+    run_inter_video_loss,
+)
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["EvidentialRetrievalLoss", "EvidentialRetrievalLossOverrides"]
 
 
-class EvidentialRetrievalLossOverrides(TypedDict, total=False):
+class EvidentialRetrievalLossOverrides(IdentifierOverrides, total=False):
     """The keyword overrides of :meth:`EvidentialRetrievalLoss.from_preset`: the fields of
     :class:`~evidential_prvr.presets.InterVideoSettings`, ``reduction``, ``validate_args`` and ``distributed``."""
 
-    beta: float
-    tau: float
-    tanh_scaling: str
-    entropy_median: str
-    matched: str
-    fusion: str
     gamma: float
     calibrate: bool
-    calibration_set: str
-    terms: tuple[str, ...]
-    reduction: str
-    validate_args: bool | None
-    distributed: bool
+    calibration_set: CalibrationSet
+    terms: tuple[InterTerm, ...]
+    reduction: Reduction
 
 
 @settings_properties(InterVideoSettings)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
 class EvidentialRetrievalLoss(_SettingsLoss):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
@@ -58,27 +67,8 @@ class EvidentialRetrievalLoss(_SettingsLoss):
 
     Parameters
     ----------
-    beta : float
-        Identification threshold β ∈ [0, 1] (Eq. 11).
-    gamma : float
-        Calibration weight γ ∈ [0, 1] (Eq. 15).
-    tau : float
-        Evidence temperature (> 0, Eq. 3).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form: paper (``"inside"``) or official release (``"outside"``).
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12: paper (``"candidates"``) or release (``"batch"``).
-    matched : {"any_positive", "argmax"}
-        Correctly matched set of Eq. 11: paper or release (``argmax == label``, ties to the first index).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8). Switch it
-        during training with the attribute (or use :class:`~evidential_prvr.HolmesCriterion`).
-    calibration_set : {"refined", "initial"}
-        Calibrate the fused :math:`S^o_n` (paper) or only the initial :math:`\\tilde S_n` (Table 3 row 9).
-    terms : sequence of {"frame", "clip", "fused"}
-        :math:`L_U` terms in the loss (Table 3 rows 1-3 keep fewer).
+    {identification}
+    {calibration}
     reduction : {"mean", "sum", "none"}
         Reduction of the per-query loss over the batch.
     validate_args : bool, optional
@@ -107,14 +97,14 @@ class EvidentialRetrievalLoss(_SettingsLoss):
     if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of InterVideoSettings)
         beta: float
         tau: float
-        tanh_scaling: str
-        entropy_median: str
-        matched: str
-        fusion: str
+        tanh_scaling: TanhScaling
+        entropy_median: EntropyMedian
+        matched: MatchRule
+        fusion: Fusion
         gamma: float
         calibrate: bool
-        calibration_set: str
-        terms: tuple[str, ...]
+        calibration_set: CalibrationSet
+        terms: tuple[InterTerm, ...]
         _settings: InterVideoSettings
 
     def __init__(
@@ -122,15 +112,15 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         *,
         beta: float = 0.3,
         tau: float = 0.1,
-        tanh_scaling: str = "inside",
-        entropy_median: str = "candidates",
-        matched: str = "any_positive",
-        fusion: str = "uncertainty_dominant",
+        tanh_scaling: TanhScaling = "inside",
+        entropy_median: EntropyMedian = "candidates",
+        matched: MatchRule = "any_positive",
+        fusion: Fusion = "uncertainty_dominant",
         gamma: float = 0.2,
         calibrate: bool = True,
-        calibration_set: str = "refined",
-        terms: tuple[str, ...] = ("frame", "clip", "fused"),
-        reduction: str = "mean",
+        calibration_set: CalibrationSet = "refined",
+        terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
@@ -141,7 +131,7 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_settings(cls, settings: InterVideoSettings, *, reduction: str = "mean",
+    def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",
                       validate_args: bool | None = None, distributed: bool = False) -> EvidentialRetrievalLoss:
         """The loss of an :class:`~evidential_prvr.presets.InterVideoSettings` (e.g. a registry section)."""
         return module_from_settings(cls, InterVideoSettings, settings, reduction=reduction, validate_args=validate_args,
@@ -149,7 +139,7 @@ class EvidentialRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[EvidentialRetrievalLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[EvidentialRetrievalLossOverrides]
     ) -> EvidentialRetrievalLoss:
         """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides`` (e.g. ``calibrate=False``) replace preset values, an
@@ -173,36 +163,29 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         :func:`~evidential_prvr.functional.inter_video_loss` as one object."""
         return self._settings
 
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: Literal[False] = ..., *, calibrate: bool | None = ...) -> torch.Tensor: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: Literal[True], *, calibrate: bool | None = ...) -> InterVideoLossDetails: ...
-
-    @overload
-    def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: bool = ..., *, calibrate: bool | None = ...) -> torch.Tensor | InterVideoLossDetails: ...
-
-    def forward(
+    def _loss(
         self,
+        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_video: torch.Tensor,
-        return_details: bool = False,
         *,
         calibrate: bool | None = None,
     ) -> torch.Tensor | InterVideoLossDetails:
-        """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives ``query_video``
-        (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``); details on request. ``calibrate``, when
-        given, replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion`
-        runs the warm-up stage)."""
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
             return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
-                                        return_details, self.validate_args, calibrate=calibrate)
+                                        details, self.validate_args, calibrate=calibrate)
+
+    forward = loss_method(_loss, """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
+        ``query_video`` (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``). ``calibrate``, when given,
+        replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion` runs
+        the warm-up stage).""")
+    details = details_method(_loss, InterVideoLossDetails, """The arguments of :meth:`forward`; returns what
+        L_inter computed (:class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is what :meth:`forward`
+        returns; the identification runs even without calibration). Called directly, it does not run the
+        module's hooks.""")
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

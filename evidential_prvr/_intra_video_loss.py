@@ -4,22 +4,27 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-from typing import TYPE_CHECKING, Literal, TypedDict, overload
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr._docs import insert_docs
+from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import check_settings, override_settings, settings_properties
+from evidential_prvr.choices import DatasetName, IntraAssignment, Preset, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
-from evidential_prvr.functional._intra_video import IntraVideoLossDetails, IntraVideoSettings, run_intra_video_loss
+from evidential_prvr.functional._intra_video import (
+    INTRA_PARAMETERS,
+    IntraVideoLossDetails,
+    IntraVideoSettings,
+    run_intra_video_loss,
+)
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
+if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["IntraVideoEvidentialLoss", "IntraVideoEvidentialLossOverrides"]
@@ -31,15 +36,16 @@ class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
     ``distributed``."""
 
     tau: float
-    tanh_scaling: str
-    assignment: str
+    tanh_scaling: TanhScaling
+    assignment: IntraAssignment
     fot: FlexibleOT | None
-    reduction: str
+    reduction: Reduction
     validate_args: bool | None
     distributed: bool
 
 
 @settings_properties(IntraVideoSettings)
+@insert_docs(intra=INTRA_PARAMETERS)
 class IntraVideoEvidentialLoss(_SettingsLoss):
     """L_intra: evidential loss of each query over its video's clips against a transport label (Holmes §3.3).
 
@@ -53,13 +59,7 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         The transport settings (default ``FlexibleOT()``, the release's). Its ``normalize`` also
         decides which similarities feed the evidence. Its ``grad`` is ignored: the label is always a
         stop-gradient target.
-    tau : float
-        Evidence temperature :math:`\\tau_{\\text{intra}}`.
-    tanh_scaling : {"outside", "inside"}
-        Evidence form (release: ``"outside"``).
-    assignment : {"fot", "ot", "softmax"}
-        The soft label: flexible transport (default), OT without dustbin (Table 3 row 12) or a
-        softmax over the clips at the transport's ε (row 11).
+    {intra}
     reduction : {"mean", "sum", "none"}
         Over the videos with a valid query (``"none"``: ``[B]``).
     validate_args : bool, optional
@@ -85,8 +85,8 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
 
     if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of IntraVideoSettings)
         tau: float
-        tanh_scaling: str
-        assignment: str
+        tanh_scaling: TanhScaling
+        assignment: IntraAssignment
         _settings: IntraVideoSettings
 
     def __init__(
@@ -94,16 +94,16 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         fot: FlexibleOT | None = None,
         *,
         tau: float = 0.06,
-        tanh_scaling: str = "outside",
-        assignment: str = "fot",
-        reduction: str = "mean",
+        tanh_scaling: TanhScaling = "outside",
+        assignment: IntraAssignment = "fot",
+        reduction: Reduction = "mean",
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
         settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
         self._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
 
-    def _init(self, settings: IntraVideoSettings, fot: FlexibleOT, reduction: str, validate_args: bool | None,
+    def _init(self, settings: IntraVideoSettings, fot: FlexibleOT, reduction: Reduction, validate_args: bool | None,
               distributed: bool = False) -> None:
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
@@ -114,7 +114,7 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_settings(cls, settings: IntraVideoSettings, fot: FlexibleOT | None = None, *, reduction: str = "mean",
+    def from_settings(cls, settings: IntraVideoSettings, fot: FlexibleOT | None = None, *, reduction: Reduction = "mean",
                       validate_args: bool | None = None, distributed: bool = False) -> IntraVideoEvidentialLoss:
         """The loss of an :class:`~evidential_prvr.presets.IntraVideoSettings` (e.g. a registry section) and
         a transport (default ``FlexibleOT()``)."""
@@ -125,7 +125,7 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
+        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
     ) -> IntraVideoEvidentialLoss:
         """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's).
@@ -146,43 +146,25 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         """The evidence settings (frozen); the transport's are ``self.fot.settings()``."""
         return self._settings
 
-    @overload
-    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None = ..., clip_mask: torch.Tensor | None = ...,
-                return_details: Literal[False] = ...) -> torch.Tensor: ...
-
-    @overload
-    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None, clip_mask: torch.Tensor | None,
-                return_details: Literal[True]) -> IntraVideoLossDetails: ...
-
-    @overload
-    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None = ..., clip_mask: torch.Tensor | None = ...,
-                *, return_details: Literal[True]) -> IntraVideoLossDetails: ...
-
-    @overload
-    def forward(self, sim: torch.Tensor, query_mask: torch.Tensor | None = ..., clip_mask: torch.Tensor | None = ...,
-                return_details: bool = ...) -> torch.Tensor | IntraVideoLossDetails: ...
-
-    def forward(
+    def _loss(
         self,
+        details: bool,
         sim: torch.Tensor,
         query_mask: torch.Tensor | None = None,
         clip_mask: torch.Tensor | None = None,
-        return_details: bool = False,
     ) -> torch.Tensor | IntraVideoLossDetails:
-        """L_intra of ``sim [B, Mq, Mc]`` with the masks ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]``
-        (e.g. from :func:`~evidential_prvr.build_intra_video_batch`); details on request."""
         if not (self.distributed and is_distributed()):
             if not self.distributed:
                 warn_per_rank(type(self).__name__)
             return run_intra_video_loss(sim, query_mask, clip_mask, self._settings, self.fot.settings(),
-                                        self.reduction, return_details, self.validate_args)
-        details = run_intra_video_loss(sim, query_mask, clip_mask, self._settings, self.fot.settings(), "none", True,
-                                       self.validate_args)
-        assert isinstance(details, IntraVideoLossDetails)
+                                        self.reduction, details, self.validate_args)
+        local = run_intra_video_loss(sim, query_mask, clip_mask, self._settings, self.fot.settings(), "none", True,
+                                     self.validate_args)
+        assert isinstance(local, IntraVideoLossDetails)
         has_query = (torch.ones(sim.shape[:1], dtype=torch.bool, device=sim.device) if query_mask is None
                      else (query_mask != 0).any(dim=1))
         with shared_gathers():  # the per-video terms stay local; the reduction is over every rank's videos
-            per_video = lift_rows(details.per_video, "videos")
+            per_video = lift_rows(local.per_video, "videos")
             has_query = gather_rows(has_query, "videos")
         if self.reduction == "none":
             loss = per_video
@@ -190,7 +172,13 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
             loss = (per_video * has_query).sum()
             if self.reduction == "mean":
                 loss = loss / has_query.sum().clamp_min(1).to(per_video.dtype)
-        return dataclasses.replace(details, loss=loss) if return_details else loss
+        return dataclasses.replace(local, loss=loss) if details else loss
+
+    forward = loss_method(_loss, """L_intra of ``sim [B, Mq, Mc]`` with the masks ``query_mask [B, Mq]`` and
+        ``clip_mask [B, Mc]`` (e.g. from :func:`~evidential_prvr.build_intra_video_batch`).""")
+    details = details_method(_loss, IntraVideoLossDetails, """The arguments of :meth:`forward`; returns what
+        L_intra computed (:class:`~evidential_prvr.IntraVideoLossDetails`, whose ``loss`` is what
+        :meth:`forward` returns). Called directly, it does not run the module's hooks.""")
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

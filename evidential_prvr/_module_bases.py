@@ -13,7 +13,7 @@ from torch import nn
 
 from evidential_prvr._checks import check_choice
 from evidential_prvr._overrides import settings_repr
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS
+from evidential_prvr.choices import REDUCTIONS, Reduction
 
 __all__ = ["_SettingsModule", "_ReducedLoss", "_SettingsLoss"]
 
@@ -30,7 +30,7 @@ class _SettingsModule(nn.Module):
 class _ReducedLoss(nn.Module):
     """Base of the loss modules: ``reduction`` (one of ``"mean"``, ``"sum"``, ``"none"``) and ``validate_args``."""
 
-    def __init__(self, reduction: str = "mean", validate_args: bool | None = None) -> None:
+    def __init__(self, reduction: Reduction = "mean", validate_args: bool | None = None) -> None:
         super().__init__()
         check_choice(reduction, "reduction", REDUCTIONS)
         self.reduction = reduction
@@ -40,7 +40,7 @@ class _ReducedLoss(nn.Module):
 class _SettingsLoss(_ReducedLoss):
     """A :class:`_ReducedLoss` whose hyperparameters are one settings dataclass in ``self._settings``."""
 
-    def __init__(self, settings: Any, reduction: str = "mean", validate_args: bool | None = None) -> None:
+    def __init__(self, settings: Any, reduction: Reduction = "mean", validate_args: bool | None = None) -> None:
         super().__init__(reduction, validate_args)
         self._settings = settings
 

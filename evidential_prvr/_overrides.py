@@ -2,15 +2,16 @@
 
 Each operation has one frozen, keyword-only settings dataclass (its hyperparameters, defaults and
 checks). A module keeps one instance of it; :func:`settings_properties` exposes its fields as
-attributes (assigning one validates the new value by rebuilding the settings), and
-:func:`override_settings` applies a ``from_preset`` call's overrides with :func:`dataclasses.replace`,
-refusing unknown names with a ``TypeError``.
+attributes (assigning one validates the new value by rebuilding the settings). Every ``from_preset``
+resolves its overrides with :func:`resolve_overrides` (directly, or through :func:`override_settings`
+and :func:`settings_from_preset` for a settings dataclass), which refuses unknown names with a
+``TypeError``; :func:`module_from_settings` then builds the module from the resolved values.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -18,10 +19,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "reject_unknown",
+    "resolve_overrides",
     "override_settings",
     "settings_from_preset",
     "check_settings",
     "module_from_settings",
+    "settings_fields",
     "settings_properties",
     "settings_repr",
 ]
@@ -38,15 +41,6 @@ class _FromSettings(Protocol[M_co]):
     def from_settings(self, *args: Any, **kwargs: Any) -> M_co: ...
 
 
-class _HoldsSettings(Protocol):
-    """A module that keeps its settings dataclass in ``_settings``."""
-
-    _settings: Any
-
-
-H = TypeVar("H", bound=_HoldsSettings)
-
-
 def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str) -> None:
     """Raise ``TypeError`` naming every entry of ``given`` that is not in ``accepted``."""
     unknown = sorted(set(given) - set(accepted))
@@ -55,18 +49,37 @@ def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str
                         f"accepted: {', '.join(sorted(accepted))}")
 
 
+def resolve_overrides(
+    defaults: Mapping[str, Any], overrides: Mapping[str, Any], owner: str, extras: Collection[str] = ()
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``defaults`` updated with the overrides that name one of them, and the overrides named in ``extras``.
+
+    Any other name raises ``TypeError`` (a misspelt override fails loudly instead of being ignored).
+
+    Examples
+    --------
+    >>> from evidential_prvr._overrides import resolve_overrides
+    >>> resolve_overrides({"tau": 0.1, "beta": 0.3}, {"tau": 0.05}, "EvidentialRetrievalLoss")
+    ({'tau': 0.05, 'beta': 0.3}, {})
+    """
+    reject_unknown(overrides, [*defaults, *extras], owner)
+    values = {**defaults, **{k: v for k, v in overrides.items() if k in defaults}}
+    return values, {k: v for k, v in overrides.items() if k not in defaults}
+
+
+def settings_fields(settings: DataclassInstance) -> dict[str, Any]:
+    """The field values of a settings dataclass, by name (not copied)."""
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+
+
 def override_settings(
     settings: S, overrides: Mapping[str, Any], owner: str, extras: Collection[str] = ()
 ) -> tuple[S, dict[str, Any]]:
-    """``settings`` with the overrides that name its fields replaced, and the overrides named in ``extras``.
-
-    Any other name raises ``TypeError`` (a misspelt override fails loudly instead of being ignored).
-    """
-    names = [f.name for f in dataclasses.fields(settings)]
-    reject_unknown(overrides, [*names, *extras], owner)
-    changes = {k: v for k, v in overrides.items() if k in names}
-    new = dataclasses.replace(settings, **changes) if changes else settings
-    return new, {k: v for k, v in overrides.items() if k not in names}
+    """:func:`resolve_overrides` over the fields of ``settings``: the settings with the overrides that
+    name its fields replaced (checked again), and the overrides named in ``extras``."""
+    values, keywords = resolve_overrides(settings_fields(settings), overrides, owner, extras)
+    changed = len(keywords) < len(overrides)
+    return (dataclasses.replace(settings, **values) if changed else settings), keywords
 
 
 def settings_from_preset(
@@ -86,13 +99,11 @@ def check_settings(settings: object, settings_class: type) -> None:
         raise TypeError(f"settings must be {article} {name}, got {type(settings).__name__}")
 
 
-def module_from_settings(cls: type[H], settings_class: type, settings: Any, **keywords: Any) -> H:
-    """``cls(**keywords)`` holding ``settings`` (checked to be a ``settings_class``) in place of its
-    default settings: the body of a module's ``from_settings``."""
+def module_from_settings(cls: Callable[..., M], settings_class: type, settings: Any, **keywords: Any) -> M:
+    """``cls`` built from the fields of ``settings`` (checked to be a ``settings_class``) and ``keywords``:
+    the body of a module's ``from_settings`` (its constructor takes every field as a keyword)."""
     check_settings(settings, settings_class)
-    module = cls(**keywords)
-    module._settings = settings
-    return module
+    return cls(**settings_fields(settings), **keywords)
 
 
 def _field_property(name: str) -> property:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._overrides import reject_unknown
+from evidential_prvr.choices import PRESETS
 from evidential_prvr.functional._flexible_ot import TransportSettings
 from evidential_prvr.functional._identification import IdentificationSettings
 from evidential_prvr.functional._inter_video import InterVideoSettings
@@ -51,11 +50,8 @@ __all__ = [
     "ModelSettings",
     "HolmesSettings",
     "holmes_settings",
-    "apply_overrides",
 ]
 
-PRESETS = ("paper", "release")
-"""Preset names accepted by every ``from_preset``."""
 
 DATASETS = ("tvr", "activitynet", "charades")
 """Canonical data set names."""
@@ -373,7 +369,7 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
     Returns
     -------
     HolmesSettings
-        Frozen dataclasses; change a value with :func:`dataclasses.replace` or :func:`apply_overrides`.
+        Frozen dataclasses; change a value with :func:`dataclasses.replace`.
 
     Examples
     --------
@@ -418,25 +414,6 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
         schedule=dataclasses.replace(release.schedule, epochs=100, warmup_stage_epochs=20),  # §4.2
         model=dataclasses.replace(release.model, max_query_len=_PAPER_QUERY_LEN[name]),
     )
-
-
-def apply_overrides(kwargs: dict[str, Any], overrides: Mapping[str, Any], owner: str) -> dict[str, Any]:
-    """``kwargs`` updated with ``overrides``; an override that is not a parameter raises ``TypeError``.
-
-    Used by every ``from_preset`` so that a misspelt override fails loudly instead of being ignored.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import apply_overrides
-    >>> apply_overrides({"tau": 0.1, "beta": 0.3}, {"tau": 0.05}, "EvidentialRetrievalLoss")
-    {'tau': 0.05, 'beta': 0.3}
-
-    References
-    ----------
-    Used by every ``from_preset`` of the package (Holmes, ICML 2026, and its release's presets).
-    """
-    reject_unknown(overrides, kwargs, owner)
-    return {**kwargs, **overrides}
 
 
 def module_settings(preset: str, dataset: str | None) -> HolmesSettings:

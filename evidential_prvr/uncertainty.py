@@ -26,6 +26,19 @@ import torch
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int, should_validate
+from evidential_prvr._overrides import resolve_overrides
+from evidential_prvr.choices import (
+    CONFIDENCES,
+    ENTROPY_MEDIANS,
+    IDENTIFICATION_RULES,
+    TANH_SCALINGS,
+    Confidence,
+    DatasetName,
+    EntropyMedian,
+    IdentificationRule,
+    Preset,
+    TanhScaling,
+)
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion, gallery_opinion
 from evidential_prvr.functional._query_types import (
     QueryTypeThresholds,
@@ -33,8 +46,8 @@ from evidential_prvr.functional._query_types import (
     fit_query_thresholds,
     identify_query_types,
 )
-from evidential_prvr.functional._selective import CONFIDENCES, EVIDENTIAL_CONFIDENCES, selective_confidence
-from evidential_prvr.presets import apply_overrides, holmes_settings
+from evidential_prvr.functional._selective import EVIDENTIAL_CONFIDENCES, selective_confidence
+from evidential_prvr.presets import holmes_settings
 
 if TYPE_CHECKING:
     from evidential_prvr.search import SearchResult
@@ -52,8 +65,6 @@ __all__ = [
     "IDENTIFICATION_RULES",
 ]
 
-IDENTIFICATION_RULES = ("thresholds", "batch")
-"""``"thresholds"``: fixed (or fitted) :class:`QueryTypeThresholds`; ``"batch"``: Holmes Eq. 10-14 per call."""
 
 
 class GalleryUncertainty(nn.Module):
@@ -94,7 +105,7 @@ class GalleryUncertainty(nn.Module):
         self,
         k: int | None = 10,
         tau: float = 0.1,
-        tanh_scaling: str = "inside",
+        tanh_scaling: TanhScaling = "inside",
         query_chunk: int = 1024,
         validate_args: bool | None = None,
     ) -> None:
@@ -102,7 +113,7 @@ class GalleryUncertainty(nn.Module):
         if k is not None:
             check_positive_int(k, "k")
         check_positive(tau, "tau")
-        check_choice(tanh_scaling, "tanh_scaling", ("inside", "outside"))
+        check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
         check_positive_int(query_chunk, "query_chunk")
         should_validate(validate_args)
         self.k = k
@@ -112,11 +123,11 @@ class GalleryUncertainty(nn.Module):
         self.validate_args = validate_args
 
     @classmethod
-    def from_preset(cls, name: str, dataset: str | None = None, **overrides: Any) -> GalleryUncertainty:
+    def from_preset(cls, name: Preset, dataset: DatasetName | None = None, **overrides: Any) -> GalleryUncertainty:
         """The evidence settings (τ, tanh scaling) of the ``"paper"`` or ``"release"`` preset; ``overrides``
         (``k``, ``tau``, ``tanh_scaling``, ``query_chunk``, ``validate_args``) replace preset values."""
         inter = holmes_settings(name, dataset).inter
-        kwargs = apply_overrides(
+        kwargs, _ = resolve_overrides(
             dict(k=10, tau=inter.tau, tanh_scaling=inter.tanh_scaling, query_chunk=1024, validate_args=None),
             overrides, cls.__name__,
         )
@@ -244,7 +255,7 @@ class GalleryIdentification:
     """
 
     query_type: torch.Tensor
-    rule: str
+    rule: IdentificationRule
     thresholds: QueryTypeThresholds | None
 
 
@@ -302,9 +313,9 @@ class GalleryQueryIdentifier(nn.Module):
         self,
         thresholds: QueryTypeThresholds | None = None,
         *,
-        rule: str = "thresholds",
+        rule: IdentificationRule = "thresholds",
         beta: float = 0.3,
-        entropy_median: str = "candidates",
+        entropy_median: EntropyMedian = "candidates",
         grid: int = 33,
         validate_args: bool | None = None,
     ) -> None:
@@ -313,7 +324,7 @@ class GalleryQueryIdentifier(nn.Module):
         if thresholds is not None and not isinstance(thresholds, QueryTypeThresholds):
             raise TypeError(f"thresholds must be a QueryTypeThresholds, got {type(thresholds).__name__}")
         check_in_range(beta, "beta", 0.0, 1.0)
-        check_choice(entropy_median, "entropy_median", ("candidates", "batch"))
+        check_choice(entropy_median, "entropy_median", ENTROPY_MEDIANS)
         check_positive_int(grid, "grid")
         should_validate(validate_args)
         self.rule = rule
@@ -388,7 +399,7 @@ class SelectiveConfidence(nn.Module):
 
     Parameters
     ----------
-    kind : str
+    kind : {"neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin"}
         One of :data:`evidential_prvr.uncertainty.CONFIDENCES`: ``"neg_u"`` (fused :math:`-u`),
         ``"top_belief"`` (fused belief of the top-1 video), ``"neg_xi"`` (fused :math:`-\\xi`),
         ``"margin"`` (top-1 minus top-2 score), ``"max_score"`` or ``"kl_margin"`` (DAB, needs ``kl_cost``).
@@ -410,7 +421,7 @@ class SelectiveConfidence(nn.Module):
     Eq. 5, 9, 16.
     """
 
-    def __init__(self, kind: str = "top_belief", validate_args: bool | None = None) -> None:
+    def __init__(self, kind: Confidence = "top_belief", validate_args: bool | None = None) -> None:
         super().__init__()
         check_choice(kind, "kind", CONFIDENCES)
         should_validate(validate_args)

@@ -89,9 +89,9 @@ for epoch in range(8):
         # each caption's video as an index into the batch's videos (the release's text_labels)
         query_video = (caption_video[in_batch].unsqueeze(1) == batch_videos.unsqueeze(0)).int().argmax(dim=1)
         out = model(frames[batch_videos], clips[batch_videos], captions[in_batch])
-        details = criterion(out["frame_sim"], out["clip_sim"], query_video, query_emb=out["query_emb"],
-                            clip_emb=out["clip_emb"], frame_logits=out["frame_logits"],
-                            clip_logits=out["clip_logits"], return_details=True)
+        details = criterion.details(out["frame_sim"], out["clip_sim"], query_video, query_emb=out["query_emb"],
+                                    clip_emb=out["clip_emb"], frame_logits=out["frame_logits"],
+                                    clip_logits=out["clip_logits"])
         optimizer.zero_grad()
         details.loss.backward()
         optimizer.step()

@@ -176,9 +176,9 @@ def test_details_carry_the_scalar_as_loss():
     sim, qmask = _groups()
     emb = torch.randn(9, 8, dtype=torch.float64)
     for details, plain in (
-        (F.inter_video_loss(frame, clip, qv, return_details=True), F.inter_video_loss(frame, clip, qv)),
-        (F.intra_video_loss(sim, qmask, return_details=True), F.intra_video_loss(sim, qmask)),
-        (F.base_retrieval_loss(frame, clip, emb, qv, return_details=True, hard_negative_topk=1),
+        (F.inter_video_loss_details(frame, clip, qv), F.inter_video_loss(frame, clip, qv)),
+        (F.intra_video_loss_details(sim, qmask), F.intra_video_loss(sim, qmask)),
+        (F.base_retrieval_loss_details(frame, clip, emb, qv, hard_negative_topk=1),
          F.base_retrieval_loss(frame, clip, emb, qv, hard_negative_topk=1)),
     ):
         assert torch.equal(details.loss, plain)
@@ -212,7 +212,7 @@ def test_identification_runs_only_when_used(monkeypatch):
     monkeypatch.setattr(inter_module, "_identify", lambda *a: calls.append(1) or original(*a))
     F.inter_video_loss(frame, clip, qv, calibrate=False)
     assert calls == []
-    F.inter_video_loss(frame, clip, qv, calibrate=False, return_details=True)
+    F.inter_video_loss_details(frame, clip, qv, calibrate=False)
     F.inter_video_loss(frame, clip, qv, calibrate=True)
     assert len(calls) == 2
 

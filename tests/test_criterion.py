@@ -47,9 +47,8 @@ def _step(criterion, model, optimizer, batch, epoch):
     text, clip_feats, frame_feats, labels = batch
     criterion.set_epoch(epoch)
     out = model(text, clip_feats, frame_feats)
-    details = criterion(out["frame_sim"], out["clip_sim"], labels, frame_logits=out["frame_logits"],
-                        clip_logits=out["clip_logits"], query_emb=out["query_aux"], clip_emb=out["clips"],
-                        return_details=True)
+    details = criterion.details(out["frame_sim"], out["clip_sim"], labels, frame_logits=out["frame_logits"],
+                                clip_logits=out["clip_logits"], query_emb=out["query_aux"], clip_emb=out["clips"])
     optimizer.zero_grad()
     details.loss.backward()
     optimizer.step()
@@ -84,12 +83,11 @@ def test_schedule_switches_calibration_intra_and_hard_negatives():
     frame, clip = torch.rand(6, 3), torch.rand(6, 3)
     labels = torch.tensor([0, 0, 1, 1, 2, 2])
     criterion.set_epoch(0)
-    warm = criterion(frame, clip, labels, query_emb=torch.randn(6, 8), return_details=True)
+    warm = criterion.details(frame, clip, labels, query_emb=torch.randn(6, 8))
     expected = ep.EvidentialRetrievalLoss.from_preset("release", "tvr", calibrate=False)(frame, clip, labels)
     torch.testing.assert_close(warm.inter, expected)
     criterion.set_epoch(2)
-    calibrated = criterion(frame, clip, labels, query_emb=torch.randn(6, 8), clip_emb=torch.randn(3, 4, 8),
-                           return_details=True)
+    calibrated = criterion.details(frame, clip, labels, query_emb=torch.randn(6, 8), clip_emb=torch.randn(3, 4, 8))
     torch.testing.assert_close(calibrated.inter, ep.EvidentialRetrievalLoss.from_preset("release", "tvr")(
         frame, clip, labels))
 

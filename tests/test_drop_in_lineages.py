@@ -438,8 +438,8 @@ def test_stage_changes_are_logged_once_each(caplog):
     assert "epoch 0 is in stage 1" in lines[0] and "stage 2 from epoch 2" in lines[0]
     assert "epoch 2 is in stage 2" in lines[1] and "negatives off" in lines[1]
     assert "epoch 3" in lines[2] and "negatives on" in lines[2]
-    details = criterion(torch.rand(4, 2), torch.rand(4, 2), [0, 0, 1, 1], query_emb=torch.randn(4, 8),
-                        clip_emb=torch.randn(2, 6, 8), return_details=True)
+    details = criterion.details(torch.rand(4, 2), torch.rand(4, 2), [0, 0, 1, 1], query_emb=torch.randn(4, 8),
+                                clip_emb=torch.randn(2, 6, 8))
     assert details.stage == 2
 
 

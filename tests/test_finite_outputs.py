@@ -190,6 +190,11 @@ def check_base(d):
     return loss, _grads_finite(loss, frame, clip, emb)
 
 
+def check_base_details(d):
+    frame, clip, labels = _pair(d)
+    return F.base_retrieval_loss_details(frame, clip, d.sim(labels.numel(), 6), labels, hard_negative_topk=d.int(1, 3))
+
+
 def check_triplet(d):
     frame, _, labels = _pair(d, grad=True)
     loss = F.triplet_ranking_loss(frame, labels, hard_negative_topk=(None, 2)[d.int(0, 1)])
@@ -390,16 +395,20 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
                                                      torch.randint(0, 3, (6,), generator=d.gen), "uncertainty_dominant"),
     "calibrated_target": check_calibrated,
     "inter_video_loss": check_inter,
+    "inter_video_loss_details": lambda d: F.inter_video_loss_details(*_pair(d), **_preset(d),
+                                                                     calibrate=bool(d.int(0, 1))),
     "sinkhorn": check_sinkhorn,
     "select_sinkhorn_method": lambda d: F.select_sinkhorn_method(d.sim(2, 3, 4), (1e-3, 0.1)[d.int(0, 1)]),
     "scaling_range_bound": lambda d: F.scaling_range_bound(d.dtype),
     "flexible_ot": check_flexible_ot,
     "flexible_ot_pot_problems": lambda d: [(p.a, p.b, p.M) for p in F.flexible_ot_pot_problems(*_transport(d))],
     "intra_video_loss": check_intra,
+    "intra_video_loss_details": lambda d: F.intra_video_loss_details(*_transport(d), **_fot_settings(d)),
     "triplet_ranking_loss": check_triplet,
     "info_nce_loss": check_info_nce,
     "query_diversity_loss": check_diversity,
     "base_retrieval_loss": check_base,
+    "base_retrieval_loss_details": check_base_details,
     "pairwise_gaussian_kl": check_gaussian("pairwise_gaussian_kl"),
     "pairwise_wasserstein2": check_gaussian("pairwise_wasserstein2"),
     "paired_gaussian_kl": check_gaussian("paired_gaussian_kl"),

@@ -68,11 +68,10 @@ def compute_golden() -> dict[str, np.ndarray]:
             criterion = ep.HolmesCriterion.from_preset(preset, dataset=dataset)
             criterion.set_epoch(epoch)
             leaves = _leaves(x, sims)
-            details = criterion(leaves["frame_sim"], leaves["clip_sim"], x["query_video"],
-                                query_emb=leaves["query_emb"], clip_emb=leaves["clip_emb"],
-                                frame_logits=leaves["frame_logits"], clip_logits=leaves["clip_logits"],
-                                clip_mask=x["clip_mask"], generator=torch.Generator().manual_seed(7),
-                                return_details=True)
+            details = criterion.details(leaves["frame_sim"], leaves["clip_sim"], x["query_video"],
+                                        query_emb=leaves["query_emb"], clip_emb=leaves["clip_emb"],
+                                        frame_logits=leaves["frame_logits"], clip_logits=leaves["clip_logits"],
+                                        clip_mask=x["clip_mask"], generator=torch.Generator().manual_seed(7))
             prefix = f"criterion_{preset}_{dataset}_{epoch}"
             for part in ("base", "inter", "intra"):
                 out[f"{prefix}/{part}"] = getattr(details, part).detach().numpy()

@@ -51,7 +51,7 @@ def test_hand_built_batch_against_reference(name, dataset):
     loss_fn = EvidentialRetrievalLoss.from_preset(name, dataset=dataset)
     clip = HAND_BUILT.clone()
     target = torch.arange(4)
-    details = loss_fn(HAND_BUILT, clip, target, return_details=True)
+    details = loss_fn.details(HAND_BUILT, clip, target)
     assert isinstance(details, InterVideoLossDetails)
     assert details.identification.query_type.tolist() == HAND_TYPES
     tau = 0.1 if name == "paper" else {"tvr": 0.05, "charades": 0.08}[dataset]
@@ -66,7 +66,7 @@ def test_hand_built_batch_against_reference(name, dataset):
 def test_random_batches_against_reference(batch, scaling):
     frame, clip, target = batch
     loss_fn = EvidentialRetrievalLoss(tau=0.2, tanh_scaling=scaling, gamma=0.3)
-    details = loss_fn(frame, clip, target, return_details=True)
+    details = loss_fn.details(frame, clip, target)
     ref, y_hat = _reference_loss(frame, clip, target, details.identification.query_type.numpy(), 0.3, 0.2, scaling)
     assert details.loss.item() == pytest.approx(ref, rel=1e-7)
     np.testing.assert_allclose(details.target.numpy(), y_hat, rtol=1e-10, atol=1e-14)
@@ -76,7 +76,7 @@ def test_module_equals_functional_and_terms():
     frame = torch.randn(6, 5, dtype=torch.float64).tanh()
     clip = torch.randn(6, 5, dtype=torch.float64).tanh()
     target = torch.tensor([0, 1, 2, 3, 4, 0])
-    details = EvidentialRetrievalLoss(calibrate=False)(frame, clip, target, return_details=True)
+    details = EvidentialRetrievalLoss(calibrate=False).details(frame, clip, target)
     af, ac = evidence(frame) + 1, evidence(clip) + 1
     y = torch.eye(5, dtype=torch.float64)[target]
     terms = [dirichlet_mse_loss(a, y) for a in (af, ac, ds_combine(af, ac))]
@@ -92,12 +92,12 @@ def test_calibration_options():
     frame = HAND_BUILT
     clip = HAND_BUILT.clone()
     target = torch.arange(4)
-    warm = EvidentialRetrievalLoss(calibrate=False)(frame, clip, target, return_details=True)
+    warm = EvidentialRetrievalLoss(calibrate=False).details(frame, clip, target)
     assert torch.equal(warm.target, torch.eye(4, dtype=torch.float64))
-    assert warm.identification is not None  # still reported with return_details
+    assert warm.identification is not None  # still reported by details
     no_gamma = EvidentialRetrievalLoss(gamma=0.0)(frame, clip, target)
     torch.testing.assert_close(no_gamma, warm.loss)
-    initial = EvidentialRetrievalLoss(calibration_set="initial")(frame, clip, target, return_details=True)
+    initial = EvidentialRetrievalLoss(calibration_set="initial").details(frame, clip, target)
     init_types = initial.identification.initial_query_type.tolist()
     assert init_types == [P, P, N, U]
     ref, y_hat = _reference_loss(frame, clip, target, init_types, 0.2, 0.1, "inside")
@@ -121,7 +121,7 @@ def test_multi_hot_target_equals_index_target_without_duplicates():
     torch.testing.assert_close(loss_fn(frame, clip, target), loss_fn(frame, clip, torch.eye(4)[target]))
     multi = torch.eye(4)[target]
     multi[0, 2] = 1
-    details = loss_fn(frame, clip, multi, return_details=True)
+    details = loss_fn.details(frame, clip, multi)
     if details.identification.query_type[0] != N:
         np.testing.assert_allclose(details.target[0].numpy(), [0.5, 0, 0.5, 0])
 
@@ -141,7 +141,7 @@ def test_gradcheck_warm_up(scaling):
 def test_calibrated_gradient_treats_label_as_constant():
     frame = HAND_BUILT.clone().requires_grad_()
     clip = HAND_BUILT.flip(0).clone().requires_grad_()
-    details = EvidentialRetrievalLoss()(frame, clip, torch.arange(4), return_details=True)
+    details = EvidentialRetrievalLoss().details(frame, clip, torch.arange(4))
     details.loss.backward()
     f2, c2 = HAND_BUILT.clone().requires_grad_(), HAND_BUILT.flip(0).clone().requires_grad_()
     af, ac = evidence(f2) + 1, evidence(c2) + 1
@@ -154,7 +154,7 @@ def test_calibrated_gradient_treats_label_as_constant():
 
 def test_targets_are_detached():
     frame = torch.randn(4, 4, requires_grad=True)
-    details = EvidentialRetrievalLoss()(frame, frame.detach().clone(), torch.arange(4), return_details=True)
+    details = EvidentialRetrievalLoss().details(frame, frame.detach().clone(), torch.arange(4))
     assert not details.target.requires_grad and details.frame_alpha.requires_grad
 
 

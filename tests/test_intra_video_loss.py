@@ -55,7 +55,7 @@ def converged_loss(mode="fot", tau=0.08, scaling="outside", normalize="minmax", 
 def test_hand_built_case():
     # one video, 2 queries, 3 clips: query 0 matches clip 0, query 1 matches clip 2
     sim = torch.tensor([[[0.9, 0.1, 0.0], [0.0, 0.2, 0.8]]], dtype=torch.float64)
-    details = converged_loss()(sim, return_details=True)
+    details = converged_loss().details(sim)
     expected = reference_loss(sim.numpy(), np.ones((1, 2), bool), np.ones((1, 3), bool), 0.08)
     assert float(details.loss) == pytest.approx(expected, abs=1e-9)
     # the labels put most mass on the matching clip of each query
@@ -108,12 +108,12 @@ def test_videos_without_queries_do_not_count():
 def test_ablation_modes_give_different_labels():
     gen = torch.Generator().manual_seed(2)
     sim = torch.rand(2, 3, 8, generator=gen, dtype=torch.float64)
-    targets = {m: converged_loss(mode=m)(sim, return_details=True).target for m in ("fot", "ot", "softmax")}
+    targets = {m: converged_loss(mode=m).details(sim).target for m in ("fot", "ot", "softmax")}
     for t in targets.values():
         torch.testing.assert_close(t.sum(2), torch.ones(2, 3, dtype=torch.float64))
     assert not torch.allclose(targets["fot"], targets["ot"], atol=1e-3)
     assert not torch.allclose(targets["ot"], targets["softmax"], atol=1e-3)
-    assert converged_loss(mode="softmax")(sim, return_details=True).transport is None
+    assert converged_loss(mode="softmax").details(sim).transport is None
 
 
 def test_gradient_flows_through_the_evidence_only():
@@ -121,7 +121,7 @@ def test_gradient_flows_through_the_evidence_only():
     gen = torch.Generator().manual_seed(3)
     sim = torch.rand(1, 2, 3, generator=gen, dtype=torch.float64, requires_grad=True)
     loss_fn = IntraVideoEvidentialLoss(FlexibleOT(normalize=None), tau=0.5)
-    details = loss_fn(sim, return_details=True)
+    details = loss_fn.details(sim)
     details.loss.backward()
     target = details.target.numpy()[0]
 

@@ -40,7 +40,7 @@ def test_intra_video_loss_matches_the_release_on_padded_batches(dataset, batch):
     query_emb, query_video, clip_emb = batch
     loss_fn = IntraVideoEvidentialLoss.from_preset("release", dataset)
     groups = build_intra_video_batch(query_emb, query_video, clip_emb)
-    details = loss_fn(groups.sim, groups.query_mask, groups.clip_mask, return_details=True)
+    details = loss_fn.details(groups.sim, groups.query_mask, groups.clip_mask)
     expected, labels = release_intra_loss(query_emb.numpy(), query_video.numpy(), clip_emb.numpy(), loss_fn.tau)
     assert float(details.loss) == pytest.approx(expected, abs=1e-6, rel=0)
     for video, video_labels in enumerate(labels):
@@ -107,8 +107,7 @@ def test_criterion_parts_match_the_release_in_the_second_stage():
     clip_sim = torch.rand(8, n_videos, generator=gen, dtype=torch.float64)
     criterion = HolmesCriterion.from_preset("release", "cha")
     criterion.set_epoch(criterion.warmup_stage_epochs)
-    details = criterion(frame_sim, clip_sim, query_video, query_emb=query_emb, clip_emb=clip_emb,
-                        return_details=True)
+    details = criterion.details(frame_sim, clip_sim, query_video, query_emb=query_emb, clip_emb=clip_emb)
     labels = np.array(query_video)
     inter = release_inter_loss(frame_sim.numpy(), clip_sim.numpy(), labels, 0.08, True)
     intra, _ = release_intra_loss(query_emb.numpy(), labels, clip_emb.numpy(), 0.08)

@@ -300,8 +300,7 @@ def test_base_loss_total_is_weighted_sum_of_terms():
     loss = ep.BaseRetrievalLoss.from_preset("release", dataset="tvr")
     assert loss.margin == 0.1 and loss.div_delta == 0.15 and loss.div_weight == 8e-5
     loss.use_hard_negatives = True
-    out = loss(frame, clip, emb, labels, clip_logits=clip * 5, generator=torch.Generator().manual_seed(0),
-               return_details=True)
+    out = loss.details(frame, clip, emb, labels, clip_logits=clip * 5, generator=torch.Generator().manual_seed(0))
     assert isinstance(out, ep.BaseRetrievalLossDetails)
     gen = torch.Generator().manual_seed(0)
     frame_trip = EF.triplet_ranking_loss(frame, labels, 0.1, 20, generator=gen)

@@ -25,13 +25,16 @@ DEFAULTS_OF = {
     "identify": [IdentificationSettings],
     "EvidentialRetrievalLoss": [presets.InterVideoSettings],
     "inter_video_loss": [presets.InterVideoSettings],
+    "inter_video_loss_details": [presets.InterVideoSettings],
     "FlexibleOT": [presets.TransportSettings],
     "flexible_ot": [presets.TransportSettings],
     "flexible_ot_pot_problems": [presets.TransportSettings],
     "IntraVideoEvidentialLoss": [presets.IntraVideoSettings],
     "intra_video_loss": [presets.IntraVideoSettings, presets.TransportSettings],
+    "intra_video_loss_details": [presets.IntraVideoSettings, presets.TransportSettings],
     "BaseRetrievalLoss": [BaseRetrievalSettings],
     "base_retrieval_loss": [BaseRetrievalSettings],
+    "base_retrieval_loss_details": [BaseRetrievalSettings],
     "TripletRankingLoss": [BaseLossSettings],
     "triplet_ranking_loss": [BaseLossSettings],
     "InfoNCELoss": [BaseLossSettings],
@@ -46,7 +49,8 @@ RENAMES = {"video_to_text": "nce_video_to_text", "alpha": "div_alpha", "delta": 
 #: Parameters whose default differs from the field on purpose.
 INTENDED = {
     # in the functionals ``hard_negative_topk`` doubles as the switch: None = random negatives
-    ("base_retrieval_loss", "hard_negative_topk"), ("triplet_ranking_loss", "hard_negative_topk"),
+    ("base_retrieval_loss", "hard_negative_topk"), ("base_retrieval_loss_details", "hard_negative_topk"),
+    ("triplet_ranking_loss", "hard_negative_topk"),
     # the gallery opinion's k-candidate evidence is not the in-batch identification's
     ("gallery_opinion", "beta"),
 }
@@ -177,8 +181,8 @@ def _batch(seed=0):
 
 
 def _loss(criterion, b):
-    return criterion(b["frame_sim"], b["clip_sim"], b["query_video"], query_emb=b["query_emb"],
-                     clip_emb=b["clip_emb"], generator=torch.Generator().manual_seed(1), return_details=True)
+    return criterion.details(b["frame_sim"], b["clip_sim"], b["query_video"], query_emb=b["query_emb"],
+                             clip_emb=b["clip_emb"], generator=torch.Generator().manual_seed(1))
 
 
 @pytest.mark.parametrize("part", ["base", "inter", "intra"])
@@ -188,8 +192,11 @@ def test_a_subclassed_part_changes_the_total(part):
 
     class Doubled(classes[part]):
         def forward(self, *args, **kwargs):
-            out = super().forward(*args, **kwargs)
-            return 2 * (out.loss if hasattr(out, "loss") else out)
+            return 2 * super().forward(*args, **kwargs)
+
+        def details(self, *args, **kwargs):
+            out = super().details(*args, **kwargs)
+            return dataclasses.replace(out, loss=2 * out.loss)
 
     b = _batch()
     criterion = ep.HolmesCriterion.from_preset("release", "tvr")
@@ -207,9 +214,11 @@ def test_a_replacement_module_is_called_with_what_the_parts_share():
     seen = {}
 
     class Recorder(torch.nn.Module):
-        def forward(self, frame_sim, clip_sim, query_video, return_details=False, *, calibrate=None):
+        def forward(self, frame_sim, clip_sim, query_video, *, calibrate=None):
             seen.update(query_video=query_video, calibrate=calibrate)
             return frame_sim.sum() * 0
+
+        details = forward  # a tensor in place of the details: the criterion takes either
 
     b = _batch()
     criterion = ep.HolmesCriterion.from_preset("release", "tvr", inter=Recorder())

@@ -61,22 +61,22 @@ def test_written_out_keywords_are_the_schema_fields_with_their_types_and_default
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-#: The callables typed by ``@overload`` on ``return_details``: each overload repeats the implementation's signature.
-OVERLOADED = [F.inter_video_loss, F.intra_video_loss, F.base_retrieval_loss, ep.EvidentialRetrievalLoss.forward, ep.IntraVideoEvidentialLoss.forward, ep.BaseRetrievalLoss.forward,
-              ep.HolmesCriterion.forward]
+#: Each loss with details: its loss entry point and its details entry point, made from one implementation.
+ENTRY_POINTS = [(F.inter_video_loss, F.inter_video_loss_details), (F.intra_video_loss, F.intra_video_loss_details),
+                (F.base_retrieval_loss, F.base_retrieval_loss_details),
+                (ep.EvidentialRetrievalLoss.forward, ep.EvidentialRetrievalLoss.details),
+                (ep.IntraVideoEvidentialLoss.forward, ep.IntraVideoEvidentialLoss.details),
+                (ep.BaseRetrievalLoss.forward, ep.BaseRetrievalLoss.details),
+                (ep.HolmesCriterion.forward, ep.HolmesCriterion.details)]
 
 
-@pytest.mark.parametrize("fn", OVERLOADED, ids=lambda f: f.__qualname__)
-def test_overloads_repeat_the_implementation_signature(fn):
-    overloads = get_overloads(fn)
-    assert len(overloads) >= 2, fn.__qualname__
-
-    def shape(f):
-        return [(p.name, p.kind, str(p.annotation)) for p in inspect.signature(f).parameters.values()
-                if p.name != "return_details"]
-
-    for variant in overloads:
-        assert shape(variant) == shape(fn), fn.__qualname__
+@pytest.mark.parametrize("loss, details", ENTRY_POINTS, ids=lambda f: f.__qualname__)
+def test_a_loss_and_its_details_share_one_signature_without_overloads(loss, details):
+    assert inspect.signature(loss).parameters == inspect.signature(details).parameters
+    assert inspect.signature(loss).return_annotation == "Tensor"
+    assert "details" not in inspect.signature(loss).parameters and "return_details" not in str(inspect.signature(loss))
+    assert get_overloads(loss) == [] and get_overloads(details) == []
+    assert loss.__name__ in ("forward", details.__name__.removesuffix("_details")) and loss.__doc__ != details.__doc__
 
 
 OVERRIDES = [
@@ -120,6 +120,13 @@ def test_user_mistakes_are_reported(mypy_output):
     assert 'Unexpected keyword argument "n_iter" for "FlexibleOT"; did you mean "n_iters"?' in out
     assert 'Argument "epsilon" to "flexible_ot" has incompatible type "str"; expected "float"' in out
     assert 'Unexpected keyword argument "inter_weigth" for "from_preset" of "HolmesCriterion"' in out
+    assert ('Argument "video_negative" to "from_preset" of "BaseRetrievalLoss" has incompatible type '
+            '"Literal[\'hardset\']"; expected "Literal[\'hardest\', \'pool\']"') in out
+    assert 'Unexpected keyword argument "asignment"; did you mean "assignment"?' in out
+    assert 'Argument "fusion" has incompatible type "Literal[\'uncertain\']"' in out
+    assert ('Argument "reduction" to "EvidentialRetrievalLoss" has incompatible type "Literal[\'avg\']"; '
+            'expected "Literal[\'mean\', \'sum\', \'none\']"') in out
+    assert 'Argument 1 to "from_preset" of "IntraVideoEvidentialLoss" has incompatible type "Literal[\'relase\']"' in out
     revealed = [line for line in out.splitlines() if "Revealed type" in line]
     assert "epsilon: float =, n_iters: int =" in revealed[0] and "*Any" not in revealed[0]
     assert "-> evidential_prvr.functional._flexible_ot.FlexibleOTResult" in revealed[1]
@@ -162,3 +169,15 @@ def test_attributes_declared_for_type_checkers_are_the_schema_fields(cls, schema
     declared = {s.target.id: ast.unparse(s.annotation) for s in block.body
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name) and not s.target.id.startswith("_")}
     assert declared == {f.name: str(f.type) for f in dataclasses.fields(schema)}
+
+
+def test_the_choice_types_are_the_values_the_checks_accept():
+    from typing import get_args
+
+    from evidential_prvr import choices
+
+    assert set(get_args(choices.DatasetName)) == set(presets.DATASET_ALIASES)
+    assert presets.PRESETS == get_args(choices.Preset)
+    for name in choices.__all__:
+        if name.isupper():  # a tuple of values: its type is the alias defined beside it
+            assert all(isinstance(value, str) for value in getattr(choices, name)), name

@@ -17,16 +17,17 @@ from evidential_prvr.functional._dirichlet_loss import dirichlet_mse_loss
 
 # Identification, calibration and L_inter (Holmes Eq. 10-18)
 from evidential_prvr.functional._identification import fuse_query_types, identify
-from evidential_prvr.functional._inter_video import calibrated_target, inter_video_loss
+from evidential_prvr.functional._inter_video import calibrated_target, inter_video_loss, inter_video_loss_details
 
 # Entropic optimal transport, flexible OT and L_intra (Holmes Eq. 19-20, App. B.5)
 from evidential_prvr.functional._sinkhorn import scaling_range_bound, select_sinkhorn_method, sinkhorn
 from evidential_prvr.functional._flexible_ot import flexible_ot, flexible_ot_pot_problems
-from evidential_prvr.functional._intra_video import intra_video_loss
+from evidential_prvr.functional._intra_video import intra_video_loss, intra_video_loss_details
 
 # Basic retrieval losses (Holmes App. B.1, Eq. 22-23)
 from evidential_prvr.functional._retrieval_losses import (
     base_retrieval_loss,
+    base_retrieval_loss_details,
     info_nce_loss,
     query_diversity_loss,
     triplet_ranking_loss,
@@ -69,6 +70,7 @@ __all__ = [
     "fuse_query_types",
     "calibrated_target",
     "inter_video_loss",
+    "inter_video_loss_details",
     # transport and intra-video
     "sinkhorn",
     "select_sinkhorn_method",
@@ -76,11 +78,13 @@ __all__ = [
     "flexible_ot",
     "flexible_ot_pot_problems",
     "intra_video_loss",
+    "intra_video_loss_details",
     # basic objectives
     "triplet_ranking_loss",
     "info_nce_loss",
     "query_diversity_loss",
     "base_retrieval_loss",
+    "base_retrieval_loss_details",
     # Gaussian embeddings (DAB, HUD)
     "pairwise_gaussian_kl",
     "pairwise_wasserstein2",

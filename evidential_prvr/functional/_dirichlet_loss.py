@@ -12,16 +12,15 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
+from evidential_prvr.choices import REDUCTIONS, Reduction
 from evidential_prvr.functional._evidence import check_alpha
 
-__all__ = ["REDUCTIONS", "dirichlet_mse_loss"]
+__all__ = [ "dirichlet_mse_loss"]
 
-REDUCTIONS = ("mean", "sum", "none")
-"""Reductions over rows accepted by the losses of this package."""
 
 
 def dirichlet_mse_loss(
-    alpha: torch.Tensor, target: torch.Tensor, reduction: str = "mean", *, validate_args: bool | None = None
+    alpha: torch.Tensor, target: torch.Tensor, reduction: Reduction = "mean", *, validate_args: bool | None = None
 ) -> torch.Tensor:
     """Expected squared error between :math:`\\mathbf{p}\\sim\\mathrm{Dir}(\\boldsymbol\\alpha)` and a label
     (Holmes Eq. 17, derived in App. B.4).

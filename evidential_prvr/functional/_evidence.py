@@ -25,12 +25,11 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import finite_check, insert_docs
+from evidential_prvr.choices import TANH_SCALINGS, TanhScaling
 from evidential_prvr.functional._targets import normalized_target, positive_mask
 
-__all__ = ["Opinion", "TANH_SCALINGS", "evidence", "opinion", "expected_entropy", "label_consistency"]
+__all__ = ["Opinion", "evidence", "opinion", "expected_entropy", "label_consistency"]
 
-TANH_SCALINGS = ("inside", "outside")
-"""Where the temperature of Holmes Eq. 3 is applied: ``"inside"`` (paper) or ``"outside"`` (release)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ def check_alpha(alpha: object, name: str = "alpha", *, at_least_one: bool = True
 
 @insert_docs(validate_args=finite_check("sim"))
 def evidence(
-    sim: torch.Tensor, tau: float = 0.1, tanh_scaling: str = "inside", *, validate_args: bool | None = None
+    sim: torch.Tensor, tau: float = 0.1, tanh_scaling: TanhScaling = "inside", *, validate_args: bool | None = None
 ) -> torch.Tensor:
     """Non-negative evidence from similarities (Holmes Eq. 3).
 
@@ -251,7 +250,7 @@ def label_consistency(
     return _label_consistency(sim.to(dtype), normalized_target(mask, dtype))
 
 
-def _evidence(x: torch.Tensor, tau: float, tanh_scaling: str) -> torch.Tensor:
+def _evidence(x: torch.Tensor, tau: float, tanh_scaling: TanhScaling) -> torch.Tensor:
     """Holmes Eq. 3 on an already validated floating tensor (no checks, no upcast)."""
     exponent = torch.tanh(x / tau) if tanh_scaling == "inside" else torch.tanh(x) / tau
     cap = 0.5 * math.log(torch.finfo(x.dtype).max) - 1.0

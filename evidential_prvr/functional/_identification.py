@@ -24,20 +24,22 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import insert_docs
-from evidential_prvr.functional._evidence import (
+from evidential_prvr.choices import (
+    ENTROPY_MEDIANS,
+    FUSIONS,
+    MATCH_RULES,
     TANH_SCALINGS,
-    _evidence,
-    _expected_entropy,
-    _label_consistency,
-    _opinion,
+    EntropyMedian,
+    Fusion,
+    MatchRule,
+    TanhScaling,
 )
+from evidential_prvr.functional._evidence import _evidence, _expected_entropy, _label_consistency, _opinion
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
-from evidential_prvr.functional._targets import MATCH_RULES, correctly_matched, normalized_target, positive_mask
+from evidential_prvr.functional._targets import correctly_matched, normalized_target, positive_mask
 
 __all__ = [
     "QueryType",
-    "ENTROPY_MEDIANS",
-    "FUSIONS",
     "BranchIdentification",
     "Identification",
     "IdentificationSettings",
@@ -45,11 +47,7 @@ __all__ = [
     "fuse_query_types",
 ]
 
-ENTROPY_MEDIANS = ("candidates", "batch")
-"""Median rules of Holmes Eq. 12: ``"candidates"`` (paper) or ``"batch"`` (release)."""
 
-FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
-"""Partition fusion rules: Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
 
 
 class QueryType(IntEnum):
@@ -178,10 +176,10 @@ class IdentificationSettings:
 
     beta: float = 0.3
     tau: float = 0.1
-    tanh_scaling: str = "inside"
-    entropy_median: str = "candidates"
-    matched: str = "any_positive"
-    fusion: str = "uncertainty_dominant"
+    tanh_scaling: TanhScaling = "inside"
+    entropy_median: EntropyMedian = "candidates"
+    matched: MatchRule = "any_positive"
+    fusion: Fusion = "uncertainty_dominant"
 
     def __post_init__(self) -> None:
         check_in_range(self.beta, "beta", 0.0, 1.0)
@@ -192,7 +190,7 @@ class IdentificationSettings:
         check_choice(self.fusion, "fusion", FUSIONS)
 
 
-def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: str) -> torch.Tensor:
+def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: Fusion) -> torch.Tensor:
     """Fuse two per-branch type tensors (Holmes Eq. 13-14 and Table 3 rows 5-7).
 
     ``"uncertainty_dominant"`` keeps the type higher in the order PRECISE ≺ POLYSEMOUS ≺ UNDERDETERMINED
@@ -226,6 +224,23 @@ query_video : torch.Tensor
 """The score-pair parameters of :func:`identify` and :func:`~evidential_prvr.functional.inter_video_loss`."""
 
 
+IDENTIFICATION_PARAMETERS = """\
+beta : float
+    :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+tau : float
+    Evidence temperature of Eq. 3 (> 0).
+tanh_scaling : {"inside", "outside"}
+    Evidence form, see :func:`~evidential_prvr.functional.evidence`.
+entropy_median : {"candidates", "batch"}
+    Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
+matched : {"any_positive", "argmax"}
+    The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
+    (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
+fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+    Partition fusion rule (Eq. 14, Table 3 rows 5-7)."""
+"""The identification parameters of :func:`identify` and :class:`~evidential_prvr.UncertaintyGuidedIdentifier`."""
+
+
 def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, validate: bool) -> torch.Tensor:
     """Validate ``frame_sim [Q, V]``, ``clip_sim [Q, V]`` and their positives; return the positive mask."""
     check_tensor(frame_sim, "frame_sim", ndim=2, floating=True)
@@ -244,7 +259,7 @@ def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, v
     return positive_mask(query_video, frame_sim.shape[1], frame_sim.shape[0], validate=validate)
 
 
-@insert_docs(score_pair=SCORE_PAIR)
+@insert_docs(score_pair=SCORE_PAIR, identification=IDENTIFICATION_PARAMETERS)
 def identify(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
@@ -252,10 +267,10 @@ def identify(
     *,
     beta: float = 0.3,
     tau: float = 0.1,
-    tanh_scaling: str = "inside",
-    entropy_median: str = "candidates",
-    matched: str = "any_positive",
-    fusion: str = "uncertainty_dominant",
+    tanh_scaling: TanhScaling = "inside",
+    entropy_median: EntropyMedian = "candidates",
+    matched: MatchRule = "any_positive",
+    fusion: Fusion = "uncertainty_dominant",
     validate_args: bool | None = None,
 ) -> Identification:
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
@@ -282,18 +297,7 @@ def identify(
     Parameters
     ----------
     {score_pair}
-    beta : float
-        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
-    tau : float
-        Evidence temperature of Eq. 3 (> 0).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form, see :func:`evidence`.
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12, see above.
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11, see :func:`correctly_matched` (release: ``"argmax"``).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule.
+    {identification}
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
 
@@ -346,7 +350,7 @@ def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
 
 
 def _branch_rule(
-    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: str
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: EntropyMedian
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Holmes Eq. 11-12 on one branch's ``u``, ``c``, ``xi`` and correctly-matched set: the query types, the
     initial types (before the ξ split), the thresholds β_u, β_p and the ξ median."""

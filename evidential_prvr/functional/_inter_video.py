@@ -4,16 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, overload
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
 from evidential_prvr._docs import insert_docs
+from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr.choices import (
+    CALIBRATION_SETS,
+    INTER_TERMS,
+    REDUCTIONS,
+    CalibrationSet,
+    EntropyMedian,
+    Fusion,
+    InterTerm,
+    MatchRule,
+    Reduction,
+    TanhScaling,
+)
 from evidential_prvr.functional._dempster_shafer import _ds_combine
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse, reduce_rows
+from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse, reduce_rows
 from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
+    IDENTIFICATION_PARAMETERS,
     SCORE_PAIR,
     Identification,
     IdentificationSettings,
@@ -24,19 +37,14 @@ from evidential_prvr.functional._identification import (
 from evidential_prvr.functional._targets import normalized_target
 
 __all__ = [
-    "CALIBRATION_SETS",
-    "INTER_TERMS",
     "InterVideoSettings",
     "InterVideoLossDetails",
     "calibrated_target",
     "inter_video_loss",
+    "inter_video_loss_details",
 ]
 
-CALIBRATION_SETS = ("refined", "initial")
-"""Which polysemous set gets calibrated labels: S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
 
-INTER_TERMS = ("frame", "clip", "fused")
-"""The three L_U terms of Holmes Eq. 18 (frame, clip and Dempster-Shafer fused opinions)."""
 
 
 @dataclass
@@ -61,9 +69,9 @@ class InterVideoLossDetails:
     Examples
     --------
     >>> import torch
-    >>> from evidential_prvr.functional import inter_video_loss
+    >>> from evidential_prvr.functional import inter_video_loss_details
     >>> sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]])
-    >>> details = inter_video_loss(sim, sim, torch.tensor([0, 1]), return_details=True)
+    >>> details = inter_video_loss_details(sim, sim, torch.tensor([0, 1]))
     >>> details.target.shape, details.fused_alpha.shape
     (torch.Size([2, 2]), torch.Size([2, 2]))
 
@@ -168,7 +176,22 @@ def _calibrated_target(
         return torch.where(polysemous, calibrated, label)
 
 
+CALIBRATION_PARAMETERS = """\
+gamma : float
+    Calibration weight γ ∈ [0, 1] of Eq. 15.
+calibrate : bool
+    ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
+    identification runs only when details are asked for.
+calibration_set : {"refined", "initial"}
+    Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
+    before the entropy refinement (Table 3 row 9).
+terms : tuple of {"frame", "clip", "fused"}
+    The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer)."""
+"""The calibration parameters of :func:`inter_video_loss` and :class:`~evidential_prvr.EvidentialRetrievalLoss`."""
+
+
 @dataclass(frozen=True, kw_only=True)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
 class InterVideoSettings(IdentificationSettings):
     """The hyperparameters of inter-video evidential learning L_inter (Holmes §3.2, Eq. 3-18), checked once.
 
@@ -178,27 +201,8 @@ class InterVideoSettings(IdentificationSettings):
 
     Attributes
     ----------
-    tau : float
-        Evidence temperature of Eq. 3.
-    tanh_scaling : {"inside", "outside"}
-        ``exp(tanh(s / tau))`` (paper) or ``exp(tanh(s) / tau)`` (release).
-    entropy_median : {"candidates", "batch"}
-        Median of Eq. 12 over the precise candidates (paper) or over the whole batch (release).
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11: a positive attains the row maximum (paper, ties
-        included) or ``argmax == label`` with ties broken towards the first index (release).
-    beta : float
-        β of Eq. 11.
-    fusion : str
-        Partition fusion (Eq. 14: ``"uncertainty_dominant"``; Table 3 rows 5-7 the others).
-    gamma : float
-        γ of Eq. 15.
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8).
-    calibration_set : {"refined", "initial"}
-        Calibrate the fused :math:`S^o_n` (paper) or only the initial :math:`\\tilde S_n` (Table 3 row 9).
-    terms : tuple of {"frame", "clip", "fused"}
-        :math:`L_U` terms in the loss (Table 3 rows 1-3 keep fewer).
+    {identification}
+    {calibration}
 
     Examples
     --------
@@ -213,8 +217,8 @@ class InterVideoSettings(IdentificationSettings):
 
     gamma: float = 0.2
     calibrate: bool = True
-    calibration_set: str = "refined"
-    terms: tuple[str, ...] = INTER_TERMS
+    calibration_set: CalibrationSet = "refined"
+    terms: tuple[InterTerm, ...] = INTER_TERMS
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -225,7 +229,7 @@ class InterVideoSettings(IdentificationSettings):
         object.__setattr__(self, "terms", check_terms(self.terms))
 
 
-def check_terms(terms: object) -> tuple[str, ...]:
+def check_terms(terms: object) -> tuple[InterTerm, ...]:
     """Validate a non-empty selection of :data:`INTER_TERMS` without repeats."""
     if isinstance(terms, str) or not isinstance(terms, Sequence) or len(terms) == 0:
         raise ValueError(f"terms must be a non-empty sequence drawn from {INTER_TERMS}, got {terms!r}")
@@ -236,90 +240,24 @@ def check_terms(terms: object) -> tuple[str, ...]:
     return tuple(terms)
 
 
-@overload
-def inter_video_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_video: torch.Tensor,
-    *,
-    beta: float = ...,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    entropy_median: str = ...,
-    matched: str = ...,
-    fusion: str = ...,
-    gamma: float = ...,
-    calibrate: bool = ...,
-    calibration_set: str = ...,
-    terms: tuple[str, ...] = ...,
-    reduction: str = ...,
-    return_details: Literal[False] = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor: ...
-
-
-@overload
-def inter_video_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_video: torch.Tensor,
-    *,
-    beta: float = ...,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    entropy_median: str = ...,
-    matched: str = ...,
-    fusion: str = ...,
-    gamma: float = ...,
-    calibrate: bool = ...,
-    calibration_set: str = ...,
-    terms: tuple[str, ...] = ...,
-    reduction: str = ...,
-    return_details: Literal[True],
-    validate_args: bool | None = ...,
-) -> InterVideoLossDetails: ...
-
-
-@overload
-def inter_video_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_video: torch.Tensor,
-    *,
-    beta: float = ...,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    entropy_median: str = ...,
-    matched: str = ...,
-    fusion: str = ...,
-    gamma: float = ...,
-    calibrate: bool = ...,
-    calibration_set: str = ...,
-    terms: tuple[str, ...] = ...,
-    reduction: str = ...,
-    return_details: bool = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor | InterVideoLossDetails: ...
-
-
-@insert_docs(score_pair=SCORE_PAIR)
-def inter_video_loss(
+@insert_docs(score_pair=SCORE_PAIR, calibration=CALIBRATION_PARAMETERS)
+def _inter_video_loss_entry(
+    details: bool,
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     *,
     beta: float = 0.3,
     tau: float = 0.1,
-    tanh_scaling: str = "inside",
-    entropy_median: str = "candidates",
-    matched: str = "any_positive",
-    fusion: str = "uncertainty_dominant",
+    tanh_scaling: TanhScaling = "inside",
+    entropy_median: EntropyMedian = "candidates",
+    matched: MatchRule = "any_positive",
+    fusion: Fusion = "uncertainty_dominant",
     gamma: float = 0.2,
     calibrate: bool = True,
-    calibration_set: str = "refined",
-    terms: tuple[str, ...] = ("frame", "clip", "fused"),
-    reduction: str = "mean",
-    return_details: bool = False,
+    calibration_set: CalibrationSet = "refined",
+    terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor | InterVideoLossDetails:
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
@@ -339,27 +277,17 @@ def inter_video_loss(
     {score_pair}
     beta, tau, tanh_scaling, entropy_median, matched, fusion
         Identification settings, see :func:`identify`.
-    gamma : float
-        Calibration weight γ ∈ [0, 1] (Eq. 15).
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8); the
-        identification then does not run unless details are asked for.
-    calibration_set : {"refined", "initial"}
-        ``"refined"``: calibrate the fused :math:`S^o_n` (paper). ``"initial"``: calibrate only the
-        fused initial polysemous set :math:`\\tilde S_n`, before the entropy refinement (Table 3 row 9).
-    terms : sequence of {"frame", "clip", "fused"}
-        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 drop some).
+    {calibration}
     reduction : {"mean", "sum", "none"}
         Reduction of the per-query loss over the batch (``"none"``: ``[Q]``).
-    return_details : bool
-        Return an :class:`~evidential_prvr.InterVideoLossDetails` instead of the loss tensor.
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
 
     Returns
     -------
-    torch.Tensor or InterVideoLossDetails
-        The loss (scalar unless ``reduction="none"``), in float32 for half inputs.
+    torch.Tensor
+        The loss (scalar unless ``reduction="none"``), in float32 for half inputs;
+        :func:`inter_video_loss_details` returns what it computed on the way.
 
     Examples
     --------
@@ -370,6 +298,10 @@ def inter_video_loss(
     >>> loss.backward()
     >>> round(loss.item(), 4)
     1.2708
+    >>> from evidential_prvr.functional import inter_video_loss_details
+    >>> details = inter_video_loss_details(sim, sim, torch.tensor([0, 1]), calibrate=False)
+    >>> details.identification is not None, details.target.shape
+    (True, torch.Size([2, 2]))
 
     References
     ----------
@@ -378,7 +310,11 @@ def inter_video_loss(
     settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
                                   matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
                                   calibration_set=calibration_set, terms=terms)
-    return run_inter_video_loss(frame_sim, clip_sim, query_video, settings, reduction, return_details, validate_args)
+    return run_inter_video_loss(frame_sim, clip_sim, query_video, settings, reduction, details, validate_args)
+
+
+inter_video_loss = loss_entry(_inter_video_loss_entry, "inter_video_loss")
+inter_video_loss_details = details_entry(_inter_video_loss_entry, InterVideoLossDetails, "inter_video_loss")
 
 
 def run_inter_video_loss(
@@ -386,8 +322,8 @@ def run_inter_video_loss(
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     settings: InterVideoSettings,
-    reduction: str,
-    return_details: bool,
+    reduction: Reduction,
+    details: bool,
     validate_args: bool | None,
     *,
     calibrate: bool | None = None,
@@ -399,7 +335,7 @@ def run_inter_video_loss(
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     calibrate = settings.calibrate if calibrate is None else calibrate
     return _inter_video_loss(frame_sim, clip_sim, mask, settings, settings.gamma, calibrate, settings.calibration_set,
-                             settings.terms, reduction, return_details)
+                             settings.terms, reduction, details)
 
 
 def _inter_video_loss(
@@ -409,10 +345,10 @@ def _inter_video_loss(
     settings: IdentificationSettings,
     gamma: float,
     calibrate: bool,
-    calibration_set: str,
-    terms: tuple[str, ...],
-    reduction: str,
-    return_details: bool,
+    calibration_set: CalibrationSet,
+    terms: tuple[InterTerm, ...],
+    reduction: Reduction,
+    details: bool,
 ) -> torch.Tensor | InterVideoLossDetails:
     """:func:`inter_video_loss` on validated inputs."""
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
@@ -424,7 +360,7 @@ def _inter_video_loss(
     label = normalized_target(mask, dtype)
 
     identification = None
-    if calibrate or return_details:
+    if calibrate or details:
         identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings)
     if calibrate and gamma > 0.0:
         assert identification is not None
@@ -439,7 +375,7 @@ def _inter_video_loss(
     for term in terms[1:]:
         total = total + rows[term]
     loss = reduce_rows(total, reduction)
-    if not return_details:
+    if not details:
         return loss
     return InterVideoLossDetails(
         loss=loss,

@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, overload
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_mse
-from evidential_prvr.functional._evidence import TANH_SCALINGS, _evidence
+from evidential_prvr._docs import insert_docs
+from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr.choices import (
+    INTRA_ASSIGNMENTS,
+    REDUCTIONS,
+    TANH_SCALINGS,
+    IntraAssignment,
+    Reduction,
+    TanhScaling,
+)
+from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse
+from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     TransportSettings,
@@ -25,13 +34,27 @@ from evidential_prvr.functional._flexible_ot import (
     prepare_fot_inputs,
 )
 
-__all__ = ["INTRA_ASSIGNMENTS", "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss"]
+__all__ = [ "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss",
+           "intra_video_loss_details"]
 
-INTRA_ASSIGNMENTS = ("fot", "ot", "softmax")
-"""Soft labels of the intra-video loss (Holmes Table 3: the default and rows 11-12)."""
+
+
+INTRA_PARAMETERS = """\
+tau : float
+    Evidence temperature :math:`\\tau_{\\text{intra}} > 0` of the query-clip evidence.
+tanh_scaling : {"outside", "inside"}
+    Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
+assignment : {"fot", "ot", "softmax"}
+    ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
+    dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
+    over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
+    not give its temperature)."""
+"""The evidence parameters of :func:`intra_video_loss`, :class:`~evidential_prvr.IntraVideoEvidentialLoss` and
+:class:`IntraVideoSettings`."""
 
 
 @dataclass(frozen=True, kw_only=True)
+@insert_docs(intra=INTRA_PARAMETERS)
 class IntraVideoSettings:
     """The evidence settings of intra-video evidential learning L_intra (Holmes §3.3), checked once.
 
@@ -40,12 +63,7 @@ class IntraVideoSettings:
 
     Attributes
     ----------
-    tau : float
-        Evidence temperature of the query-clip evidence (> 0).
-    tanh_scaling : {"outside", "inside"}
-        Evidence form (release: ``"outside"``; see :func:`evidence`).
-    assignment : {"fot", "ot", "softmax"}
-        Soft label: flexible transport (default) or the Table 3 ablations (rows 11-12).
+    {intra}
 
     Examples
     --------
@@ -59,8 +77,8 @@ class IntraVideoSettings:
     """
 
     tau: float = 0.06
-    tanh_scaling: str = "outside"
-    assignment: str = "fot"
+    tanh_scaling: TanhScaling = "outside"
+    assignment: IntraAssignment = "fot"
 
     def __post_init__(self) -> None:
         check_positive(self.tau, "tau")
@@ -95,8 +113,8 @@ class IntraVideoLossDetails:
     Examples
     --------
     >>> import torch
-    >>> from evidential_prvr.functional import intra_video_loss
-    >>> details = intra_video_loss(torch.rand(2, 3, 8), return_details=True)
+    >>> from evidential_prvr.functional import intra_video_loss_details
+    >>> details = intra_video_loss_details(torch.rand(2, 3, 8))
     >>> details.per_query.shape, details.per_video.shape, bool(details.target.sum(-1).allclose(torch.ones(2, 3)))
     (torch.Size([2, 3]), torch.Size([2]), True)
 
@@ -113,83 +131,16 @@ class IntraVideoLossDetails:
     transport: FlexibleOTResult | None
 
 
-@overload
-def intra_video_loss(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = ...,
-    clip_mask: torch.Tensor | None = ...,
-    *,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    assignment: str = ...,
-    epsilon: float = ...,
-    n_iters: int = ...,
-    dustbin_quantile: float | None = ...,
-    normalize: str | None = ...,
-    minmax_over: str = ...,
-    marginals: str = ...,
-    tol: float | None = ...,
-    method: str = ...,
-    reduction: str = ...,
-    return_details: Literal[False] = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor: ...
-
-
-@overload
-def intra_video_loss(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = ...,
-    clip_mask: torch.Tensor | None = ...,
-    *,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    assignment: str = ...,
-    epsilon: float = ...,
-    n_iters: int = ...,
-    dustbin_quantile: float | None = ...,
-    normalize: str | None = ...,
-    minmax_over: str = ...,
-    marginals: str = ...,
-    tol: float | None = ...,
-    method: str = ...,
-    reduction: str = ...,
-    return_details: Literal[True],
-    validate_args: bool | None = ...,
-) -> IntraVideoLossDetails: ...
-
-
-@overload
-def intra_video_loss(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = ...,
-    clip_mask: torch.Tensor | None = ...,
-    *,
-    tau: float = ...,
-    tanh_scaling: str = ...,
-    assignment: str = ...,
-    epsilon: float = ...,
-    n_iters: int = ...,
-    dustbin_quantile: float | None = ...,
-    normalize: str | None = ...,
-    minmax_over: str = ...,
-    marginals: str = ...,
-    tol: float | None = ...,
-    method: str = ...,
-    reduction: str = ...,
-    return_details: bool = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor | IntraVideoLossDetails: ...
-
-
-def intra_video_loss(
+@insert_docs(intra=INTRA_PARAMETERS)
+def _intra_video_loss_entry(
+    details: bool,
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
     *,
     tau: float = 0.06,
-    tanh_scaling: str = "outside",
-    assignment: str = "fot",
+    tanh_scaling: TanhScaling = "outside",
+    assignment: IntraAssignment = "fot",
     epsilon: float = 0.1,
     n_iters: int = 50,
     dustbin_quantile: float | None = 0.3,
@@ -198,8 +149,7 @@ def intra_video_loss(
     marginals: str = "release",
     tol: float | None = None,
     method: str = "auto",
-    reduction: str = "mean",
-    return_details: bool = False,
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor | IntraVideoLossDetails:
     """L_intra: evidential loss of each query over its video's clips against a transport label.
@@ -226,29 +176,20 @@ def intra_video_loss(
         :func:`~evidential_prvr.build_intra_video_batch`).
     query_mask, clip_mask : torch.Tensor, optional
         ``[B, Mq]`` and ``[B, Mc]`` validity masks (bool, or 0/1 values).
-    tau : float
-        Evidence temperature :math:`\\tau_{\\text{intra}}`.
-    tanh_scaling : {"outside", "inside"}
-        Evidence form, see :func:`evidence` (release: ``"outside"``).
-    assignment : {"fot", "ot", "softmax"}
-        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
-        dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
-        over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
-        not give its temperature).
+    {intra}
     epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, method
         Transport settings, see :func:`flexible_ot` (the plan is always a stop-gradient label).
     reduction : {"mean", "sum", "none"}
         ``"mean"``: over the videos with a valid query; ``"sum"``: their sum; ``"none"``: ``[B]``
         per video (0 for a video without a valid query).
-    return_details : bool
-        Return an :class:`~evidential_prvr.IntraVideoLossDetails` instead of the loss.
     validate_args : bool, optional
         Check values (finite similarities, 0/1 masks, a clip per video); host synchronisations.
 
     Returns
     -------
-    torch.Tensor or IntraVideoLossDetails
-        The loss (0 when no video has a valid query), in the compute dtype.
+    torch.Tensor
+        The loss (0 when no video has a valid query), in the compute dtype;
+        :func:`intra_video_loss_details` returns what it computed on the way.
 
     Examples
     --------
@@ -259,6 +200,9 @@ def intra_video_loss(
     >>> loss.backward()
     >>> bool(sim.grad.abs().sum() > 0)
     True
+    >>> from evidential_prvr.functional import intra_video_loss_details
+    >>> intra_video_loss_details(sim, tau=0.06).per_query.shape
+    torch.Size([1, 2])
 
     References
     ----------
@@ -268,8 +212,11 @@ def intra_video_loss(
     transport = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
                                   normalize=normalize, minmax_over=minmax_over, marginals=marginals, tol=tol,
                                   method=method)
-    return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, return_details,
-                                validate_args)
+    return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, details, validate_args)
+
+
+intra_video_loss = loss_entry(_intra_video_loss_entry, "intra_video_loss")
+intra_video_loss_details = details_entry(_intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss")
 
 
 def run_intra_video_loss(
@@ -278,8 +225,8 @@ def run_intra_video_loss(
     clip_mask: torch.Tensor | None,
     settings: IntraVideoSettings,
     transport: TransportSettings,
-    reduction: str,
-    return_details: bool,
+    reduction: Reduction,
+    details: bool,
     validate_args: bool | None,
 ) -> torch.Tensor | IntraVideoLossDetails:
     """:func:`intra_video_loss` with its settings already checked (the path of
@@ -295,7 +242,7 @@ def run_intra_video_loss(
     validate = should_validate(validate_args)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, transport, validate)
     return _intra_video_loss(sim, qmask, cmask, valid, dense, transport, settings.tau, settings.tanh_scaling,
-                             settings.assignment, reduction, return_details, validate)
+                             settings.assignment, reduction, details, validate)
 
 
 def _intra_video_loss(
@@ -306,10 +253,10 @@ def _intra_video_loss(
     dense: bool,
     settings: TransportSettings,
     tau: float,
-    tanh_scaling: str,
-    assignment: str,
-    reduction: str,
-    return_details: bool,
+    tanh_scaling: TanhScaling,
+    assignment: IntraAssignment,
+    reduction: Reduction,
+    details: bool,
     validate: bool,
 ) -> torch.Tensor | IntraVideoLossDetails:
     """:func:`intra_video_loss` on validated inputs."""
@@ -337,6 +284,6 @@ def _intra_video_loss(
         loss = (per_video * has_query).sum()
     else:
         loss = (per_video * has_query).sum() / has_query.sum().clamp_min(1).to(per_query.dtype)
-    if not return_details:
+    if not details:
         return loss
     return IntraVideoLossDetails(loss, per_query, per_video, alpha, target, transport)

@@ -25,6 +25,7 @@ from evidential_prvr._checks import (
     check_tensor,
     should_validate,
 )
+from evidential_prvr.choices import ENTROPY_MEDIANS, EntropyMedian
 from evidential_prvr.functional._gallery import BranchOpinion, GalleryOpinion
 from evidential_prvr.functional._identification import QueryType, _branch_rule
 
@@ -41,8 +42,6 @@ __all__ = [
 
 PRECISE, POLYSEMOUS, UNDERDETERMINED = (int(t) for t in QueryType)
 """Type codes, in the uncertainty-dominance order of Holmes Eq. 13 (as :class:`evidential_prvr.QueryType`)."""
-
-_MEDIANS = ("candidates", "batch")
 
 
 @dataclass(frozen=True)
@@ -417,14 +416,14 @@ def fit_query_thresholds(
     return _fit_correctness(uncertainty, consistency, aleatoric, runner_up, mask, grid)
 
 
-def _batch_branch(branch: BranchOpinion, matched: torch.Tensor, beta: float, entropy_median: str) -> torch.Tensor:
+def _batch_branch(branch: BranchOpinion, matched: torch.Tensor, beta: float, entropy_median: EntropyMedian) -> torch.Tensor:
     assert branch.label_consistency is not None
     return _branch_rule(branch.uncertainty, branch.label_consistency, branch.aleatoric, matched, beta,
                         entropy_median)[0]
 
 
 def batch_rule_query_types(
-    opinion: GalleryOpinion, *, beta: float = 0.3, entropy_median: str = "candidates"
+    opinion: GalleryOpinion, *, beta: float = 0.3, entropy_median: EntropyMedian = "candidates"
 ) -> torch.Tensor:
     """The paper's in-batch identification applied to a gallery opinion (Holmes Eq. 10-14).
 
@@ -469,7 +468,7 @@ def batch_rule_query_types(
     if opinion.correct is None or opinion.frame.label_consistency is None:
         raise ValueError("batch_rule_query_types needs an opinion computed with target= (Eq. 7 and S^tp need labels)")
     check_in_range(beta, "beta", 0.0, 1.0)
-    check_choice(entropy_median, "entropy_median", _MEDIANS)
+    check_choice(entropy_median, "entropy_median", ENTROPY_MEDIANS)
     frame = _batch_branch(opinion.frame, opinion.correct, beta, entropy_median)
     clip = _batch_branch(opinion.clip, opinion.correct, beta, entropy_median)
     return torch.maximum(frame, clip)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal, cast, overload
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -33,14 +33,21 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import insert_docs
+from evidential_prvr._entry_points import details_entry, loss_entry
 from evidential_prvr._numerics import normalize_rows
-from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, reduce_rows
+from evidential_prvr.choices import (
+    NCE_VIDEO_TO_TEXT,
+    REDUCTIONS,
+    VIDEO_NEGATIVES,
+    NCEVideoToText,
+    Reduction,
+    VideoNegative,
+)
+from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.functional._targets import positive_mask
 
 __all__ = [
-    "VIDEO_NEGATIVES",
-    "NCE_VIDEO_TO_TEXT",
     "BaseLossSettings",
     "BaseRetrievalSettings",
     "BaseRetrievalLossDetails",
@@ -48,14 +55,9 @@ __all__ = [
     "info_nce_loss",
     "query_diversity_loss",
     "base_retrieval_loss",
+    "base_retrieval_loss_details",
 ]
 
-VideoNegative = Literal["hardest", "pool"]
-NCEVideoToText = Literal["release", "paper"]
-VIDEO_NEGATIVES = ("hardest", "pool")
-"""Video→text hard-negative rules of :func:`triplet_ranking_loss`."""
-NCE_VIDEO_TO_TEXT = ("release", "paper")
-"""Video→text forms of :func:`info_nce_loss`."""
 
 
 _ROW_LOSS_RETURNS = """\
@@ -135,7 +137,7 @@ def triplet_ranking_loss(
     generator: torch.Generator | None = None,
     *,
     video_negative: VideoNegative = "hardest",
-    reduction: str = "mean",
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor:
     r"""Bidirectional triplet ranking loss with in-batch negatives (Holmes App. B.1, :math:`L^{trip}`).
@@ -202,7 +204,7 @@ def triplet_ranking_loss(
 
 def _triplet_rows(
     sim: torch.Tensor, own: torch.Tensor, margin: float, hard_negative_topk: int | None,
-    generator: torch.Generator | None, video_negative: str,
+    generator: torch.Generator | None, video_negative: VideoNegative,
 ) -> torch.Tensor:
     """Per-query contributions ``[Q]`` of the triplet loss (validated inputs)."""
     s = sim.to(compute_dtype(sim))
@@ -229,7 +231,7 @@ def info_nce_loss(
     query_video: torch.Tensor,
     *,
     video_to_text: NCEVideoToText = "release",
-    reduction: str = "mean",
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor:
     r"""Bidirectional InfoNCE over unnormalised scores (Holmes App. B.1, :math:`L^{nce}`).
@@ -289,7 +291,7 @@ def info_nce_loss(
     return reduce_rows(_info_nce_rows(sim, own, video_to_text), reduction)
 
 
-def _info_nce_rows(sim: torch.Tensor, own: torch.Tensor, video_to_text: str) -> torch.Tensor:
+def _info_nce_rows(sim: torch.Tensor, own: torch.Tensor, video_to_text: NCEVideoToText) -> torch.Tensor:
     """Per-query contributions ``[Q]`` of InfoNCE (validated inputs)."""
     s = sim.to(compute_dtype(sim))
     neg_inf = torch.full_like(s, float("-inf"))
@@ -322,7 +324,7 @@ def query_diversity_loss(
     delta: float = 0.2,
     lam: float = 1.0,
     *,
-    reduction: str = "mean",
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor:
     r"""Query-diversity loss pushing apart the queries of the same video (Holmes Eq. 23, :math:`L_{div}`).
@@ -412,7 +414,22 @@ def _diversity_rows(query_emb: torch.Tensor, same_video: torch.Tensor, alpha: fl
     return torch.where(same_video & ~eye, terms, torch.zeros_like(terms)).sum(dim=1)
 
 
+BASE_LOSS_PARAMETERS = """\
+margin : float
+    Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+video_negative : {"hardest", "pool"}
+    Video→text hard-negative rule once hard negatives are on, see
+    :func:`~evidential_prvr.functional.triplet_ranking_loss`.
+nce_video_to_text : {"release", "paper"}
+    Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
+div_alpha, div_delta, div_lambda : float
+    α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``)."""
+"""The L_base parameters shared by :func:`base_retrieval_loss`, :class:`~evidential_prvr.BaseRetrievalLoss`
+and :class:`BaseLossSettings`."""
+
+
 @dataclass(frozen=True, kw_only=True)
+@insert_docs(base=BASE_LOSS_PARAMETERS)
 class BaseLossSettings:
     """The hyperparameters of the basic objectives (Holmes App. B.1, Eq. 22-23), checked once.
 
@@ -422,16 +439,9 @@ class BaseLossSettings:
 
     Attributes
     ----------
-    margin : float
-        Triplet margin m.
+    {base}
     hard_negative_topk : int
         Pool of hardest negatives the text→video triplet draws from once hard negatives are on.
-    video_negative : {"hardest", "pool"}
-        Video→text negative once hard negatives are on.
-    nce_video_to_text : {"release", "paper"}
-        Video→text InfoNCE form.
-    div_alpha, div_delta, div_lambda : float
-        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
 
     Examples
     --------
@@ -449,8 +459,8 @@ class BaseLossSettings:
     margin: float = 0.2
     div_delta: float = 0.2
     hard_negative_topk: int = 20
-    video_negative: str = "hardest"
-    nce_video_to_text: str = "release"
+    video_negative: VideoNegative = "hardest"
+    nce_video_to_text: NCEVideoToText = "release"
     div_alpha: float = 32.0
     div_lambda: float = 1.0
 
@@ -520,9 +530,9 @@ class BaseRetrievalLossDetails:
     Examples
     --------
     >>> import torch
-    >>> from evidential_prvr.functional import base_retrieval_loss
+    >>> from evidential_prvr.functional import base_retrieval_loss_details
     >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8]])
-    >>> details = base_retrieval_loss(sim, sim, torch.eye(2), torch.tensor([0, 1]), return_details=True)
+    >>> details = base_retrieval_loss_details(sim, sim, torch.eye(2), torch.tensor([0, 1]))
     >>> details.frame_nce
     tensor(0.8761)
 
@@ -545,85 +555,9 @@ BASE_RETRIEVAL_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_w
 (``hard_negative_topk`` is its own argument there: ``None`` means random negatives)."""
 
 
-@overload
-def base_retrieval_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_emb: torch.Tensor,
-    query_video: torch.Tensor,
-    *,
-    frame_logits: torch.Tensor | None = ...,
-    clip_logits: torch.Tensor | None = ...,
-    margin: float = ...,
-    frame_nce_weight: float = ...,
-    clip_nce_weight: float = ...,
-    div_weight: float = ...,
-    div_alpha: float = ...,
-    div_delta: float = ...,
-    div_lambda: float = ...,
-    video_negative: str = ...,
-    nce_video_to_text: str = ...,
-    hard_negative_topk: int | None = ...,
-    generator: torch.Generator | None = ...,
-    reduction: str = ...,
-    return_details: Literal[False] = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor: ...
-
-
-@overload
-def base_retrieval_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_emb: torch.Tensor,
-    query_video: torch.Tensor,
-    *,
-    frame_logits: torch.Tensor | None = ...,
-    clip_logits: torch.Tensor | None = ...,
-    margin: float = ...,
-    frame_nce_weight: float = ...,
-    clip_nce_weight: float = ...,
-    div_weight: float = ...,
-    div_alpha: float = ...,
-    div_delta: float = ...,
-    div_lambda: float = ...,
-    video_negative: str = ...,
-    nce_video_to_text: str = ...,
-    hard_negative_topk: int | None = ...,
-    generator: torch.Generator | None = ...,
-    reduction: str = ...,
-    return_details: Literal[True],
-    validate_args: bool | None = ...,
-) -> BaseRetrievalLossDetails: ...
-
-
-@overload
-def base_retrieval_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_emb: torch.Tensor,
-    query_video: torch.Tensor,
-    *,
-    frame_logits: torch.Tensor | None = ...,
-    clip_logits: torch.Tensor | None = ...,
-    margin: float = ...,
-    frame_nce_weight: float = ...,
-    clip_nce_weight: float = ...,
-    div_weight: float = ...,
-    div_alpha: float = ...,
-    div_delta: float = ...,
-    div_lambda: float = ...,
-    video_negative: str = ...,
-    nce_video_to_text: str = ...,
-    hard_negative_topk: int | None = ...,
-    generator: torch.Generator | None = ...,
-    reduction: str = ...,
-    return_details: bool = ...,
-    validate_args: bool | None = ...,
-) -> torch.Tensor | BaseRetrievalLossDetails: ...
-
-
-def base_retrieval_loss(
+@insert_docs(base=BASE_LOSS_PARAMETERS)
+def _base_retrieval_loss(
+    details: bool,
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_emb: torch.Tensor,
@@ -638,12 +572,11 @@ def base_retrieval_loss(
     div_alpha: float = 32.0,
     div_delta: float = 0.2,
     div_lambda: float = 1.0,
-    video_negative: str = "hardest",
-    nce_video_to_text: str = "release",
+    video_negative: VideoNegative = "hardest",
+    nce_video_to_text: NCEVideoToText = "release",
     hard_negative_topk: int | None = None,
     generator: torch.Generator | None = None,
-    reduction: str = "mean",
-    return_details: bool = False,
+    reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor | BaseRetrievalLossDetails:
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23).
@@ -666,37 +599,33 @@ def base_retrieval_loss(
         ``LongTensor [Q]`` video index of each query, or ``{0, 1}`` matrix ``[Q, V]``.
     frame_logits, clip_logits : torch.Tensor, optional
         ``[Q, V]`` unnormalised scores for InfoNCE; default to ``frame_sim`` / ``clip_sim``.
-    margin : float
-        Triplet margin (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+    {base}
     frame_nce_weight, clip_nce_weight, div_weight : float
         :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0).
-    div_alpha, div_delta, div_lambda : float
-        :math:`\alpha`, :math:`\delta`, :math:`\lambda` of Eq. 23.
     hard_negative_topk : int or None
         Hard-negative pool of the triplet losses (``None``: random negatives).
-    video_negative, nce_video_to_text
-        See :func:`triplet_ranking_loss` and :func:`info_nce_loss`.
     generator : torch.Generator, optional
         Random source of the triplet negatives.
     reduction : {"mean", "sum", "none"}
         Applied to every term.
-    return_details : bool
-        Return a :class:`~evidential_prvr.BaseRetrievalLossDetails` with every term.
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
 
     Returns
     -------
-    torch.Tensor or BaseRetrievalLossDetails
-        The weighted sum (scalar unless ``reduction="none"``).
+    torch.Tensor
+        The weighted sum (scalar unless ``reduction="none"``); :func:`base_retrieval_loss_details` returns
+        every term.
 
     Examples
     --------
     >>> import torch
     >>> from evidential_prvr.functional import base_retrieval_loss
     >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8], [0.7, 0.1]])
-    >>> emb = torch.eye(3)
-    >>> details = base_retrieval_loss(sim, sim, emb, torch.tensor([0, 1, 0]), return_details=True)
+    >>> base_retrieval_loss(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]), margin=0.2).shape
+    torch.Size([])
+    >>> from evidential_prvr.functional import base_retrieval_loss_details
+    >>> details = base_retrieval_loss_details(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]))
     >>> details.frame_triplet, details.clip_triplet
     (tensor(0.), tensor(0.))
 
@@ -713,7 +642,11 @@ def base_retrieval_loss(
     return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings,
                                    hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
                                    clip_logits=clip_logits, generator=generator, reduction=reduction,
-                                   return_details=return_details, validate_args=validate_args)
+                                   details=details, validate_args=validate_args)
+
+
+base_retrieval_loss = loss_entry(_base_retrieval_loss, "base_retrieval_loss")
+base_retrieval_loss_details = details_entry(_base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
 
 
 def run_base_retrieval_loss(
@@ -727,8 +660,8 @@ def run_base_retrieval_loss(
     frame_logits: torch.Tensor | None,
     clip_logits: torch.Tensor | None,
     generator: torch.Generator | None,
-    reduction: str,
-    return_details: bool,
+    reduction: Reduction,
+    details: bool,
     validate_args: bool | None,
     diversity: torch.Tensor | None = None,
 ) -> torch.Tensor | BaseRetrievalLossDetails:
@@ -779,6 +712,6 @@ def run_base_retrieval_loss(
     total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]
              + s.clip_nce_weight * rows["clip_nce"] + s.div_weight * rows["diversity"])
     loss = reduce_rows(total, reduction)
-    if not return_details:
+    if not details:
         return loss
     return BaseRetrievalLossDetails(loss, **{name: reduce_rows(r, reduction) for name, r in rows.items()})

@@ -9,21 +9,20 @@ from __future__ import annotations
 import torch
 
 from evidential_prvr._checks import check_choice, check_finite, check_tensor, should_validate
+from evidential_prvr.choices import CONFIDENCES, Confidence
 from evidential_prvr.functional._gallery import GalleryOpinion
 from evidential_prvr.functional._gaussian import kl_margin
 
-__all__ = ["CONFIDENCES", "EVIDENTIAL_CONFIDENCES", "selective_confidence"]
+__all__ = [ "CONFIDENCES", "EVIDENTIAL_CONFIDENCES", "selective_confidence"]
 
-CONFIDENCES = ("neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin")
-"""Names of the confidence scores of :func:`selective_confidence`."""
 
-EVIDENTIAL_CONFIDENCES = ("neg_u", "top_belief", "neg_xi")
+EVIDENTIAL_CONFIDENCES: tuple[Confidence, ...] = ("neg_u", "top_belief", "neg_xi")
 """The confidences read off the fused Dirichlet opinion (the others use the raw scores or DAB costs)."""
 
 
 def selective_confidence(
     opinion: GalleryOpinion,
-    kind: str,
+    kind: Confidence,
     *,
     kl_cost: torch.Tensor | None = None,
     validate_args: bool | None = None,

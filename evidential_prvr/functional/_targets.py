@@ -20,11 +20,10 @@ from __future__ import annotations
 import torch
 
 from evidential_prvr._checks import check_choice, check_tensor
+from evidential_prvr.choices import MATCH_RULES, MatchRule
 
-__all__ = ["MATCH_RULES", "positive_mask", "normalized_target", "correctly_matched"]
+__all__ = [ "positive_mask", "normalized_target", "correctly_matched"]
 
-MATCH_RULES = ("any_positive", "argmax")
-"""Rules for the correctly matched set of Holmes Eq. 11 (see :func:`correctly_matched`)."""
 
 
 def positive_mask(
@@ -122,7 +121,7 @@ def normalized_target(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return y / y.sum(dim=-1, keepdim=True).clamp_min(1.0)
 
 
-def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: str = "any_positive") -> torch.Tensor:
+def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: MatchRule = "any_positive") -> torch.Tensor:
     """Boolean ``[Q]``: the query is correctly matched, the set :math:`S^{tp}` of Holmes Eq. 11.
 
     Parameters

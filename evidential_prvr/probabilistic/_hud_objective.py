@@ -20,9 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_positive, check_positive_int, check_tensor
+from evidential_prvr._overrides import resolve_overrides
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import max_token_similarity
-from evidential_prvr.presets import apply_overrides
 from evidential_prvr.probabilistic._common import check_dim, check_inputs, check_token_mask, masked_mean
 from evidential_prvr.probabilistic._hud import (
     BatchClassificationLoss,
@@ -537,7 +537,7 @@ class HUDObjective(nn.Module):
         switches = HUDSwitches() if derivative is None else HUDSwitches().derivative(derivative)  # type: ignore[arg-type]
         kwargs: dict[str, object] = dict(dim=None, holistic_dim=None, num_reference_tokens=None, num_samples=8, tau=0.1,
                                          kappa=0.5, num_heads=1, switches=switches, validate_args=None)
-        kwargs = apply_overrides(kwargs, overrides, cls.__name__)
+        kwargs, _ = resolve_overrides(kwargs, overrides, cls.__name__)
         missing = [name for name in ("dim", "holistic_dim", "num_reference_tokens") if kwargs[name] is None]
         if missing:
             raise TypeError(f"{cls.__name__}.from_preset() needs the backbone size(s) {', '.join(missing)} as keyword(s)")

@@ -186,11 +186,11 @@ class HolmesObjective(nn.Module):
             the device (saves the intra-video batching a device synchronisation).
         """
         intra = self.criterion.intra is not None
-        details = self.criterion(
+        details = self.criterion.details(
             output.frame_sim, output.clip_sim, batch.query_video, query_emb=_second_encoding(output),
             clip_emb=output.videos.clip if intra else None, frame_logits=output.frame_logits,
             clip_logits=output.clip_logits, clip_mask=batch.clip_mask if intra else None, max_queries=max_queries,
-            return_details=True, generator=self.negatives_generator(output.frame_sim.device),
+            generator=self.negatives_generator(output.frame_sim.device),
         )
         assert isinstance(details, HolmesLossDetails)
         pac = details.loss.new_zeros(())

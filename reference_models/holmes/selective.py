@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from evidential_prvr import GalleryQueryIdentifier, GalleryUncertainty, UncertaintyGuidedIdentifier
+from evidential_prvr.choices import EntropyMedian
 from evidential_prvr.functional import selective_confidence
 from evidential_prvr.metrics import augrc, aurc, e_aurc, selective_recall
 from evidential_prvr.search import SearchResult
@@ -113,7 +114,7 @@ class RetrievalUncertainty:
         gallery: GalleryUncertainty,
         *,
         beta: float = 0.3,
-        entropy_median: str = "candidates",
+        entropy_median: EntropyMedian = "candidates",
         use_query_norm: bool = True,
         grid: int = 33,
         kl_cost: Callable[[torch.Tensor, Any], torch.Tensor] | None = None,
@@ -209,7 +210,7 @@ class RetrievalUncertainty:
         """Per-query opinions, confidences and identifications of an evaluated split."""
         op = self.opinion(sims, queries, gt)
         kinds = [c for c in CONFIDENCES if c != "kl_margin"]
-        confidences = {kind: selective_confidence(op, kind) for kind in kinds}
+        confidences: dict[str, torch.Tensor] = {kind: selective_confidence(op, kind) for kind in kinds}
         if self.kl_cost is not None and videos is not None:
             confidences["kl_margin"] = selective_confidence(op, "kl_margin", kl_cost=self.kl_cost(queries, videos))
         return QueryUncertainty(op, confidences, self.identifier(op).query_type, self.batch_identifier(op).query_type,

@@ -171,7 +171,7 @@ def test_objective_follows_the_ablation_terms(name, fusion, calibrate, calibrati
     reference = EvidentialRetrievalLoss.from_preset(
         "release", dataset="tvr", fusion=fusion, calibrate=calibrate, calibration_set=calibration_set
     )
-    details = reference(frame_sim, clip_sim, query_video, return_details=True)
+    details = reference.details(frame_sim, clip_sim, query_video)
     expected = sum(getattr(details, f"{t}_loss") for t in terms)
     cfg = tiny_config().with_ablation(name).replace(ablation={"intra": False})
     objective = HolmesObjective(cfg, 32)

@@ -32,8 +32,8 @@ def max_cosine(videos: torch.Tensor) -> torch.Tensor:
 
 
 criterion.set_epoch(25)
-details = criterion(max_cosine(frame_emb), max_cosine(clip_emb), query_video, query_emb=query_emb,
-                    clip_emb=clip_emb, return_details=True)
+details = criterion.details(max_cosine(frame_emb), max_cosine(clip_emb), query_video, query_emb=query_emb,
+                            clip_emb=clip_emb)
 assert_type(details, ep.HolmesLossDetails)
 details.loss.backward()
 assert_type(details.stage, int)
@@ -51,7 +51,7 @@ result = fot(torch.rand(2, 3, 4))
 assert_type(result, ep.FlexibleOTResult)
 assert_type(EF.flexible_ot(torch.rand(2, 3, 4), epsilon=0.1), ep.FlexibleOTResult)
 assert_type(EF.inter_video_loss(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1])), torch.Tensor)
-assert_type(EF.inter_video_loss(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1]), return_details=True),
+assert_type(EF.inter_video_loss_details(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1])),
             ep.InterVideoLossDetails)
 assert_type(ep.UncertaintyGuidedIdentifier()(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1])),
             ep.Identification)

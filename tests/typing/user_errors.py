@@ -11,5 +11,10 @@ from evidential_prvr import functional as F
 ot = ep.FlexibleOT(epsilon=0.1, n_iter=50)  # typo: the parameter is n_iters
 r = F.flexible_ot(torch.rand(2, 3, 4), epsilon="x")  # wrong type
 c = ep.HolmesCriterion.from_preset("release", "tvr", inter_weigth=0.2)  # typo in an override
+b = ep.BaseRetrievalLoss.from_preset("release", dataset="tvr", video_negative="hardset")  # misspelt choice
+i = F.intra_video_loss(torch.rand(2, 3, 4), asignment="ot")  # misspelt keyword
+d = F.inter_video_loss_details(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1]), fusion="uncertain")
+e = ep.EvidentialRetrievalLoss(reduction="avg")  # misspelt choice in a constructor
+p = ep.IntraVideoEvidentialLoss.from_preset("relase", "tvr")  # misspelt preset
 reveal_type(ep.FlexibleOT.__init__)
 reveal_type(F.flexible_ot)

@@ -1,0 +1,82 @@
+"""The choice parameters of the package: each a ``Literal`` type and the tuple of its values.
+
+The ``Literal`` annotates every parameter (and settings field) of that choice, so a type checker reports a
+value outside it (a misspelt ``video_negative="hardset"``) where the call is written; the tuple is what the
+run-time check accepts. Both are defined here once.
+
+Examples
+--------
+>>> from evidential_prvr.choices import REDUCTIONS, Reduction
+>>> REDUCTIONS
+('mean', 'sum', 'none')
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = [
+    "Preset", "PRESETS", "DatasetName",
+    "Reduction", "REDUCTIONS", "TanhScaling", "TANH_SCALINGS", "MatchRule", "MATCH_RULES", "EntropyMedian",
+    "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
+    "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
+    "NCE_VIDEO_TO_TEXT", "Confidence", "CONFIDENCES", "IdentificationRule", "IDENTIFICATION_RULES",
+]
+
+Preset = Literal["paper", "release"]
+PRESETS: tuple[Preset, ...] = get_args(Preset)
+"""Preset names accepted by every ``from_preset``."""
+
+DatasetName = Literal["tvr", "activitynet", "charades", "act", "cha"]
+"""The data set names of the presets (the release's ``-d tvr|act|cha`` included), as a type; their
+canonical forms are :data:`~evidential_prvr.presets.DATASETS`."""
+
+Reduction = Literal["mean", "sum", "none"]
+REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
+"""Reductions over rows accepted by the losses of this package."""
+
+TanhScaling = Literal["inside", "outside"]
+TANH_SCALINGS: tuple[TanhScaling, ...] = get_args(TanhScaling)
+"""Where the temperature of Holmes Eq. 3 is applied, ``"inside"`` (paper) or ``"outside"`` (release)."""
+
+MatchRule = Literal["any_positive", "argmax"]
+MATCH_RULES: tuple[MatchRule, ...] = get_args(MatchRule)
+"""Rules for the correctly matched set of Holmes Eq. 11 (see
+:func:`~evidential_prvr.functional.correctly_matched`)."""
+
+EntropyMedian = Literal["candidates", "batch"]
+ENTROPY_MEDIANS: tuple[EntropyMedian, ...] = get_args(EntropyMedian)
+"""Median rules of Holmes Eq. 12, ``"candidates"`` (paper) or ``"batch"`` (release)."""
+
+Fusion = Literal["uncertainty_dominant", "confidence_dominant", "frame", "clip"]
+FUSIONS: tuple[Fusion, ...] = get_args(Fusion)
+"""Partition fusion rules, Holmes Eq. 14 and the Table 3 alternatives (rows 5-7)."""
+
+CalibrationSet = Literal["refined", "initial"]
+CALIBRATION_SETS: tuple[CalibrationSet, ...] = get_args(CalibrationSet)
+"""Which polysemous set gets calibrated labels, S^o_n (Eq. 15) or the initial S̃_n (Table 3 row 9)."""
+
+InterTerm = Literal["frame", "clip", "fused"]
+INTER_TERMS: tuple[InterTerm, ...] = get_args(InterTerm)
+"""The three L_U terms of Holmes Eq. 18 (frame, clip and Dempster-Shafer fused opinions)."""
+
+IntraAssignment = Literal["fot", "ot", "softmax"]
+INTRA_ASSIGNMENTS: tuple[IntraAssignment, ...] = get_args(IntraAssignment)
+"""Soft labels of the intra-video loss (Holmes Table 3, the default and rows 11-12)."""
+
+VideoNegative = Literal["hardest", "pool"]
+VIDEO_NEGATIVES: tuple[VideoNegative, ...] = get_args(VideoNegative)
+"""Video→text hard-negative rules of :func:`~evidential_prvr.functional.triplet_ranking_loss`."""
+
+NCEVideoToText = Literal["release", "paper"]
+NCE_VIDEO_TO_TEXT: tuple[NCEVideoToText, ...] = get_args(NCEVideoToText)
+"""Video→text forms of :func:`~evidential_prvr.functional.info_nce_loss`."""
+
+Confidence = Literal["neg_u", "top_belief", "margin", "neg_xi", "max_score", "kl_margin"]
+CONFIDENCES: tuple[Confidence, ...] = get_args(Confidence)
+"""Names of the confidence scores of :func:`~evidential_prvr.functional.selective_confidence`."""
+
+IdentificationRule = Literal["thresholds", "batch"]
+IDENTIFICATION_RULES: tuple[IdentificationRule, ...] = get_args(IdentificationRule)
+"""``"thresholds"``: fixed (or fitted) :class:`~evidential_prvr.uncertainty.QueryTypeThresholds`; ``"batch"``:
+Holmes Eq. 10-14 per call."""
