@@ -180,7 +180,14 @@ def run_worker(args: argparse.Namespace, run: str) -> dict:
                "--hard-negative-epoch", str(args.hard_negative_epoch), "--videos-per-batch", str(args.videos_per_batch)]
     command += ["--worker", "release", "--release-src", str(args.release_src)] if run == "release" else \
         ["--worker", "reference", "--policy", run]
+    from reference_models.engine.host_memory import PRELOADED_ALLOCATORS, preload_environment
+
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    if run in PRELOADED_ALLOCATORS:
+        preloaded = preload_environment(run, env)
+        if preloaded is None:
+            raise SystemExit(f"{run}: not installed (e.g. apt-get install libjemalloc2 / libgoogle-perftools4)")
+        env = preloaded
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{run}: the measured process failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -287,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             row = run_worker(args, run)
             samples[run].append(row)
             print(f"  {row['wall']:.1f} s wall ({row['user']:.1f} user, {row['sys']:.1f} sys), "
-                  f"{row['minflt'] / 1e6:.2f} M faults, peak {row['peak_rss_gib']:.2f} GiB", flush=True)
+                  f"{row['minflt'] / 1e6:.2f} M faults, peak {row['peak_rss_gib']:.2f} GiB; {row['note']}; "
+                  f"load now {os.getloadavg()[0]:.2f}", flush=True)
     fot = None if args.no_flexible_ot else flexible_ot_ratios(args.threads)
     result = report(args, samples, fot)
     if args.output:

@@ -55,12 +55,20 @@ and time of each policy are in the reference-model guide ("Training memory").
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import platform
+import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "keep_large_blocks_mapped",
+    "find_allocator",
+    "allocator_loaded",
+    "preload_environment",
+    "PRELOADED_ALLOCATORS",
+    "JEMALLOC_CONF",
     "release_free_memory",
     "apply_host_memory_policy",
     "check_host_memory_policy",
@@ -80,8 +88,15 @@ LARGE_MMAP_THRESHOLD_BYTES = 8 << 20
 #: glibc's largest mmap threshold (``HEAP_MAX_SIZE / 2`` on 64-bit systems), where its dynamic rule ends up.
 _MAX_MMAP_THRESHOLD_BYTES = 32 << 20
 
+#: The general-purpose allocators that replace the C library's ``malloc`` when preloaded (``LD_PRELOAD``), as
+#: PyTorch's CPU launcher (``python -m torch.backends.xeon.run_cpu``) offers them.
+PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc")
+
+#: jemalloc's settings (``MALLOC_CONF``) under PyTorch's CPU launcher, used unless the environment sets its own.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
+
 #: The policies :func:`apply_host_memory_policy` knows, in the order the guide lists them.
-HOST_MEMORY_POLICIES = ("trim", "heap-trim", "mapped", "mapped-large", "off", "pool")
+HOST_MEMORY_POLICIES = ("trim", "heap-trim", "mapped", "mapped-large", "off", "pool", *PRELOADED_ALLOCATORS)
 
 #: The policy the engine's :class:`~reference_models.engine.Trainer` applies unless told otherwise.
 DEFAULT_HOST_MEMORY = "pool"
@@ -210,6 +225,11 @@ def apply_host_memory_policy(policy: str = DEFAULT_HOST_MEMORY, *, argument: str
     cpu_pool.disable()  # an earlier "pool" ends here (a no-op where it never ran); "pool" installs it again below
     if policy == "off":
         return HostMemory(policy, False, "the allocator is left as it is")
+    if policy in PRELOADED_ALLOCATORS:
+        if allocator_loaded(policy):
+            return HostMemory(policy, True, f"{policy} serves every allocation (preloaded at start)")
+        return HostMemory(policy, False, f"{policy} is not loaded in this process (it must be preloaded at start, "
+                                         "LD_PRELOAD): the allocator is left as it is")
     why_not = _unavailable()
     if why_not is not None:
         return HostMemory(policy, False, why_not)
@@ -231,3 +251,63 @@ def apply_host_memory_policy(policy: str = DEFAULT_HOST_MEMORY, *, argument: str
           and _mallopt(_M_TRIM_THRESHOLD, 2 * _MAX_MMAP_THRESHOLD_BYTES))
     where = "every block" if policy == "heap-trim" else "blocks below 32 MiB"
     return HostMemory(policy, ok, f"{where} from the heaps, their free pages returned after every step", trims=ok)
+
+
+def _library_folders(environ: Mapping[str, str]) -> list[str]:
+    """Where :func:`find_allocator` looks: the folders PyTorch's CPU launcher searches, then the system's
+    multiarch folders (Debian and Ubuntu install ``libjemalloc.so.2`` under ``/usr/lib/x86_64-linux-gnu``)."""
+    folders = [f"{environ[name]}/lib" for name in ("CONDA_PREFIX", "VIRTUAL_ENV") if name in environ]
+    folders += [os.path.expanduser("~/.local/lib"), "/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64"]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        folders += [f"/usr/lib/{multiarch}", f"/lib/{multiarch}"]
+    return folders
+
+
+def find_allocator(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The shared library of the allocator ``name`` (one of :data:`PRELOADED_ALLOCATORS`), or ``None``.
+
+    Looks for ``lib<name>.so`` and then its versioned files (``lib<name>.so.2``) in the folders PyTorch's CPU
+    launcher searches (``$CONDA_PREFIX/lib``, ``$VIRTUAL_ENV/lib``, ``~/.local/lib``, ``/usr/local/lib``,
+    ``/usr/lib``, ...) and the system's multiarch folders; for tcmalloc also its minimal build.
+    """
+    if name not in PRELOADED_ALLOCATORS:
+        raise ValueError(f"name must be one of {', '.join(repr(a) for a in PRELOADED_ALLOCATORS)}, got {name!r}")
+    folders = _library_folders(os.environ if environ is None else environ)
+    stems = [f"lib{name}"] + (["libtcmalloc_minimal"] if name == "tcmalloc" else [])
+    for stem in stems:
+        for folder in folders:
+            exact = os.path.join(folder, f"{stem}.so")
+            if os.path.isfile(exact):
+                return exact
+            versioned = sorted(glob.glob(os.path.join(folder, f"{stem}.so.[0-9]*")), key=len)
+            if versioned:
+                return versioned[0]
+    return None
+
+
+def allocator_loaded(name: str) -> bool:
+    """Whether the allocator ``name`` (one of :data:`PRELOADED_ALLOCATORS`) is mapped into this process."""
+    if name not in PRELOADED_ALLOCATORS:
+        raise ValueError(f"name must be one of {', '.join(repr(a) for a in PRELOADED_ALLOCATORS)}, got {name!r}")
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any(f"/lib{name}" in line for line in maps)
+    except OSError:  # not Linux
+        return False
+
+
+def preload_environment(name: str, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The environment (a copy of ``environ``, default ``os.environ``) in which a new process starts with the
+    allocator ``name`` preloaded as PyTorch's CPU launcher does it: its library first in ``LD_PRELOAD`` and,
+    for jemalloc, ``MALLOC_CONF`` set to :data:`JEMALLOC_CONF` unless already set. ``None`` when the library is
+    not installed (:func:`find_allocator`)."""
+    environ = os.environ if environ is None else environ
+    library = find_allocator(name, environ)
+    if library is None:
+        return None
+    env = dict(environ)
+    env["LD_PRELOAD"] = ":".join(p for p in (library, environ.get("LD_PRELOAD", "").strip(":")) if p)
+    if name == "jemalloc":
+        env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    return env

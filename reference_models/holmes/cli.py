@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="embedded benchmark: Holmes vs the MIL baseline")
     engine.add_device_arguments(demo)
+    demo.set_defaults(threads_at_most=2)  # at most two, as the demo always ran (its figures were measured so)
     demo.add_argument("--output-dir", type=Path, default=Path("runs/demo"), help="data, runs and results.json")
     demo.add_argument("--epochs", type=engine.int_at_least(1), help="override the embedded preset's number of epochs")
     demo.add_argument("--with-dab", action="store_true", help="also train the DAB variant")
@@ -380,8 +381,6 @@ def _diagnose(args: argparse.Namespace) -> int:
 
 # --- demo -----------------------------------------------------------------------------------------
 def _demo(args: argparse.Namespace) -> int:
-    if args.device == "cpu":
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     out = Path(args.output_dir)
     start = time.perf_counter()
     generate_embedded_benchmark(out / "data", "embedded", seed=args.seed)
