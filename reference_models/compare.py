@@ -260,7 +260,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return engine.run_main({"run": _run, "report": _report}[args.command], args)
+    return engine.run_main({"run": _run, "report": _report}[args.command], args, program=argv is None)
 
 
 if __name__ == "__main__":

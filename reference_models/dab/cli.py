@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-import torch
-
 from reference_models.dab.config import BRIDGE_CONDITIONS, COSTS, POOLINGS, RANKINGS, VARIANTS, T2VConfig
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split, validate_data_root
 from reference_models.dab.diagnostics import benchmark_labels, format_diagnostics, model_diagnostics
@@ -252,4 +250,4 @@ def _validate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate}[args.command]
-    return run_main(handler, args)
+    return run_main(handler, args, program=argv is None)

@@ -206,12 +206,18 @@ def read_json_file(path: Path, flag: str) -> Any:
 
 
 # --- running a subcommand ----------------------------------------------------------------------------
-def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, program: bool = False) -> int:
     """Run ``handler(args)``; a :class:`UserError` or an ``OSError`` on a named file becomes one
     ``error: ...`` line on standard error and exit status 2. Returns the exit status.
 
-    A command with ``--device cpu`` first sets its thread count (:func:`_use_threads`)."""
+    A command with ``--device`` first starts again with its allocator preloaded when ``program`` (the
+    command line is this process's own, not a caller's ``argv``) and its ``--host-memory`` policy (else the
+    engine's default) is a preloaded allocator
+    (:func:`reference_models.engine.host_memory.start_with_allocator`; one line on standard error when it is not
+    installed), and on the CPU sets its thread count (:func:`_use_threads`)."""
     try:
+        if program and hasattr(args, "device"):
+            _start_allocator(getattr(args, "host_memory", None))
         _use_threads(args)
         return handler(args)
     except UserError as exc:
@@ -222,6 +228,14 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
             raise
         print_line("error", f"{exc.filename}: {exc.strerror or exc}")
     return EXIT_USER_ERROR
+
+
+def _start_allocator(policy: str | None) -> None:
+    from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, start_with_allocator
+
+    why_not = start_with_allocator(DEFAULT_HOST_MEMORY if policy is None else policy)
+    if why_not is not None:
+        print_line("note", why_not)
 
 
 def _use_threads(args: argparse.Namespace) -> None:

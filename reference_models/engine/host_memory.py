@@ -58,6 +58,7 @@ import ctypes
 import glob
 import os
 import platform
+import sys
 import sysconfig
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ __all__ = [
     "find_allocator",
     "allocator_loaded",
     "preload_environment",
+    "start_with_allocator",
     "PRELOADED_ALLOCATORS",
     "JEMALLOC_CONF",
     "release_free_memory",
@@ -311,3 +313,36 @@ def preload_environment(name: str, environ: Mapping[str, str] | None = None) -> 
     if name == "jemalloc":
         env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
     return env
+
+
+#: Set in the environment of a process started again by :func:`start_with_allocator` (to the allocator's name),
+#: so that it never starts itself a second time.
+PRELOAD_MARK = "REFERENCE_MODELS_PRELOADED"
+
+
+def start_with_allocator(policy: str) -> str | None:
+    """Early in a command's ``main``: when ``policy`` is a preloaded allocator (:data:`PRELOADED_ALLOCATORS`)
+    that this process has not loaded, start the same command again in this process (``os.execve`` of
+    ``sys.orig_argv``) with the allocator preloaded as PyTorch's CPU launcher does it (:func:`preload_environment`);
+    that call does not return.
+
+    Returns ``None`` when nothing needs doing (another policy, the allocator already loaded, or another
+    preloaded allocator loaded: the user's choice), else one line saying why the allocator is not used (not
+    installed, or this process was already started again once, :data:`PRELOAD_MARK`); the command then goes on
+    with the C library's allocator.
+    """
+    check_host_memory_policy(policy, "host_memory")
+    if policy not in PRELOADED_ALLOCATORS or any(allocator_loaded(name) for name in PRELOADED_ALLOCATORS):
+        return None
+    if os.environ.get(PRELOAD_MARK) == policy:
+        return f"{policy} was preloaded but is not loaded (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})"
+    env = preload_environment(policy)
+    if env is None:
+        return (f"{policy} is not installed (Debian/Ubuntu: apt-get install "
+                f"{'libjemalloc2' if policy == 'jemalloc' else 'libgoogle-perftools4'}), so the C library's "
+                "allocator is used")
+    env[PRELOAD_MARK] = policy
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, env)
+    return None  # pragma: no cover - execve does not return

@@ -10,11 +10,15 @@ one. :func:`choose_cpu_threads` therefore takes, in this order:
 1. the number given (a command's ``--threads``);
 2. ``OMP_NUM_THREADS`` when the environment sets it to a positive integer (the user's choice, as PyTorch takes it);
 3. the cores this process may use (``os.sched_getaffinity``, e.g. under ``taskset`` or a container's CPU set),
-   less the load on them from other processes: the one-minute load average (``os.getloadavg``) minus this
-   process's own share of it, rounded to whole cores, at least one, at most ``at_most`` when given.
+   less the load on them from other processes, rounded to whole cores, at least one, at most ``at_most`` when
+   given. The load is the larger of the one-minute load average (``os.getloadavg``) minus this process's own
+   share of it (:func:`own_load`) and the cores kept busy right now (``/proc/stat`` over a quarter of a second
+   while this process sleeps, :func:`busy_cores`): the load average trails a job that started seconds ago by
+   most of a minute.
 
 The one-minute load average counts every runnable thread of the machine, so on a machine with more cores than
-this process may use the load of the others' cores is counted too: the choice errs towards fewer threads.
+this process may use the load of the others' cores is counted too: the choice errs towards fewer threads. The
+count is chosen once, when a command starts; a job that starts later is not seen.
 :func:`use_cpu_threads` applies the choice (``torch.set_num_threads``); every reference model's command does so
 for ``--device cpu`` before it starts (:func:`reference_models.engine.cli.run_main`).
 """
@@ -24,14 +28,18 @@ from __future__ import annotations
 import math
 import os
 import resource
+import time
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ThreadChoice", "choose_cpu_threads", "use_cpu_threads", "own_load"]
+__all__ = ["ThreadChoice", "choose_cpu_threads", "use_cpu_threads", "own_load", "busy_cores"]
 
 #: The time constant of the kernel's one-minute load average, in seconds.
 _LOAD_WINDOW_S = 60.0
+
+#: How long :func:`busy_cores` watches the cores, in seconds.
+_BUSY_WINDOW_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,40 @@ def own_load(cpu_s: float | None = None, age_s: float | None = None) -> float:
     return cpu_s / age_s * (1.0 - math.exp(-age_s / _LOAD_WINDOW_S))
 
 
-def _available_cores() -> int:
+def _core_times(cores: set[int]) -> tuple[float, float] | None:
+    """Busy and total clock ticks of ``cores`` since boot (``/proc/stat``), or ``None`` where unreadable."""
+    busy = total = 0.0
     try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                name, *ticks = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+                    values = [float(t) for t in ticks[:8]]  # user nice system idle iowait irq softirq steal
+                    total += sum(values)
+                    busy += sum(values) - values[3] - values[4]
+    except (OSError, ValueError, IndexError):
+        return None
+    return (busy, total) if total > 0 else None
+
+
+def busy_cores(cores: set[int], window_s: float = _BUSY_WINDOW_S) -> float | None:
+    """How many of ``cores`` (CPU numbers) other processes keep busy now: their busy fraction over ``window_s``
+    seconds, during which this process sleeps, times their number. ``None`` where ``/proc/stat`` cannot be
+    read."""
+    before = _core_times(cores)
+    time.sleep(window_s)
+    after = _core_times(cores)
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * len(cores)
+
+
+def _allowed_cores() -> set[int] | None:
+    """The CPU numbers this process may run on, or ``None`` where the system does not say (not Linux)."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
 
 
 def _load_average() -> float | None:
@@ -129,12 +166,13 @@ def choose_cpu_threads(
     setting = (os.environ if environ is None else environ).get("OMP_NUM_THREADS", "").strip()
     if setting.isdigit() and int(setting) > 0:
         return ThreadChoice(int(setting), f"{int(setting)} thread(s) from OMP_NUM_THREADS")
-    cores = _available_cores()
+    allowed = _allowed_cores()
+    cores = len(allowed) if allowed else os.cpu_count() or 1
     limit = cores if at_most is None else min(cores, at_most)
-    load = _load_average()
-    if load is None:
+    load, now = _load_average(), busy_cores(allowed) if allowed else None
+    if load is None and now is None:
         return ThreadChoice(limit, f"{limit} thread(s): {cores} core(s) available, load unknown")
-    others = max(load - own_load(), 0.0)
+    others = max(0.0 if load is None else load - own_load(), 0.0 if now is None else now)
     threads = max(1, min(limit, math.floor(cores - others + 0.5)))
     return ThreadChoice(threads, f"{threads} thread(s): {cores} core(s) available, load {others:.2f} from "
                                  "other processes", fewer_for_load=threads < limit)

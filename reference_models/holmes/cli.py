@@ -36,8 +36,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from reference_models import engine
 from reference_models.holmes.config import ABLATIONS, PRESETS, HolmesConfig, preset
 from reference_models.holmes.data import (
@@ -125,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else engine.EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
                "diagnose": _diagnose}[args.command]
-    return engine.run_main(handler, args)
+    return engine.run_main(handler, args, program=argv is None)
 
 
 # --- validate -------------------------------------------------------------------------------------

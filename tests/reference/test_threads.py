@@ -14,10 +14,11 @@ from reference_models.engine.threads import choose_cpu_threads, own_load, use_cp
 @pytest.fixture
 def machine(monkeypatch):
     """A machine whose cores this process may use and whose load average the test sets."""
-    state = {"cores": 2, "load": 0.0, "own": 0.0}
+    state = {"cores": 2, "load": 0.0, "own": 0.0, "busy": 0.0}
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(state["cores"])))
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (state["load"], 0.0, 0.0))
     monkeypatch.setattr(threads, "own_load", lambda: state["own"])
+    monkeypatch.setattr(threads, "busy_cores", lambda cores: state["busy"])
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     return state
 
@@ -38,6 +39,20 @@ def test_cores_less_the_load(machine, cores, load, own, expected):
     assert choice.threads == expected
     assert choice.fewer_for_load == (expected < cores)
     assert f"{cores} core(s)" in choice.reason
+
+
+def test_a_job_that_just_started_counts_before_the_load_average_sees_it(machine):
+    machine.update(cores=2, load=0.1, busy=1.9)  # the one-minute average still near zero, both cores busy now
+    assert choose_cpu_threads().threads == 1
+    machine.update(cores=2, load=2.0, busy=0.0)  # and the other way round: the larger of the two counts
+    assert choose_cpu_threads().threads == 1
+
+
+def test_busy_cores_reads_the_machine():
+    cores = threads._allowed_cores()
+    busy = threads.busy_cores(cores, window_s=0.05)
+    assert busy is not None and 0.0 <= busy <= len(cores)
+    assert threads.busy_cores({10**6}, window_s=0.0) is None  # no such core: nothing to measure
 
 
 def test_at_most_caps_the_choice_not_the_user(machine, monkeypatch):
@@ -65,9 +80,11 @@ def test_no_load_average_uses_the_cores(machine, monkeypatch):
         raise OSError("no load average")
 
     monkeypatch.setattr(threads.os, "getloadavg", unavailable)
-    machine.update(cores=4)
+    machine.update(cores=4, busy=None)
     assert choose_cpu_threads().threads == 4
     assert "load unknown" in choose_cpu_threads().reason
+    machine.update(busy=3.0)  # only /proc/stat answers
+    assert choose_cpu_threads().threads == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
