@@ -154,10 +154,11 @@ def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
     from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES
 
     parser.add_argument("--host-memory", choices=HOST_MEMORY_POLICIES, default=DEFAULT_HOST_MEMORY, metavar="POLICY",
-                        help=f"allocator policy on glibc: {', '.join(HOST_MEMORY_POLICIES)} (default: "
-                             f"{DEFAULT_HOST_MEMORY}: tensors of 1 MiB or more reuse a pool of memory maps, the peak of "
-                             "mapped at fewer page faults; mapped: every block of 1 MiB or more freed at once; "
-                             "off: glibc as it is); never changes a result")
+                        help=f"allocator policy: {', '.join(HOST_MEMORY_POLICIES)} (default: {DEFAULT_HOST_MEMORY}: "
+                             "the command starts again with it preloaded, as PyTorch's CPU launcher does, or says "
+                             "in one line that it is not installed and uses trim; trim: glibc's heaps returned after "
+                             "every step; mapped: every block of 1 MiB or more freed at once; off: glibc as it is); "
+                             "never changes a result")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, default_output: Path | str = "runs/train") -> None:
