@@ -103,11 +103,12 @@ def test_commands_start_again_only_as_the_program(monkeypatch, capsys):
     assert capsys.readouterr().err == "note: why not\n"
 
 
-@pytest.mark.skipif(find_allocator("jemalloc") is None or not sys.platform.startswith("linux"),
-                    reason="jemalloc is not installed")
-def test_a_real_process_starts_again_with_jemalloc():
+@pytest.mark.parametrize("name", PRELOADED_ALLOCATORS)
+def test_a_real_process_starts_again_with_the_allocator(name):
+    if find_allocator(name) is None or not sys.platform.startswith("linux"):
+        pytest.skip(f"{name} is not installed")
     code = ("from reference_models.engine.host_memory import start_with_allocator, apply_host_memory_policy\n"
-            "print(start_with_allocator('jemalloc'), apply_host_memory_policy('jemalloc').applied)")
+            f"print(start_with_allocator({name!r}), apply_host_memory_policy({name!r}).applied)")
     env = {k: v for k, v in os.environ.items() if k not in (PRELOAD_MARK, "LD_PRELOAD", "MALLOC_CONF")}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
