@@ -31,7 +31,7 @@ result tables are the same.
 everything as JSON. Example (the tables in the reference-model guide, "Training memory")::
 
     python benchmarks/release_fidelity.py data --root /tmp/rel3072
-    python benchmarks/fast_and_lean.py --root /tmp/rel3072 --threads 1 --policies off,jemalloc,tcmalloc,pool \\
+    python benchmarks/fast_and_lean.py --root /tmp/rel3072 --threads 1 --policies off,jemalloc,tcmalloc \\
         --release-src /tmp/holmes_release/src
 """
 
@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     add_run_arguments(parser)
     parser.set_defaults(threads=1)
     parser.add_argument("--steps", type=int, default=0, help="training steps per measurement (0: the whole epoch)")
-    parser.add_argument("--policies", default="off,jemalloc,tcmalloc,pool",
-                        help="allocator policies to measure, comma-separated (default: off,jemalloc,tcmalloc,pool; "
+    parser.add_argument("--policies", default="off,jemalloc,tcmalloc",
+                        help="allocator policies to measure, comma-separated (default: off,jemalloc,tcmalloc; "
                              f"any of {','.join(HOST_MEMORY_POLICIES)})")
     parser.add_argument("--repeats", type=int, default=1, help="rounds; each figure is a median over them")
     parser.add_argument("--release-src", type=Path, help="the src/ folder of a checkout of the official release")
