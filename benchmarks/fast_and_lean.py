@@ -236,7 +236,8 @@ for step in range(10**12):
 
 
 def _time_demo(out: Path) -> tuple[float, dict, str]:
-    """Wall time, results and standard error of the README's demo command writing into ``out``."""
+    """Wall time, results and one-line notes (the thread count, the allocator) of the README's demo command
+    writing into ``out``."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     command = [sys.executable, "-m", "reference_models.holmes", "demo", "--output-dir", str(out), "--no-progress"]
@@ -246,7 +247,8 @@ def _time_demo(out: Path) -> tuple[float, dict, str]:
     if done.returncode != 0:
         raise SystemExit(f"demo failed ({done.returncode}):\n{done.stderr[-3000:]}")
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    return wall, results, done.stderr.strip()
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note: ")]  # not the training log
+    return wall, results, " ".join(notes)
 
 
 def _recalls(result: dict) -> dict:
