@@ -1,30 +1,37 @@
-"""Issue 27's three numbers in one run: training time and peak resident memory per allocator policy (against
-the ``mapped`` policy and, given its ``src/``, the official release on the same set), and FlexibleOT's time
-against POT on the fused and the eager Sinkhorn paths.
+"""One run, every figure of the engine's machinery: allocator policies against the official release, FlexibleOT
+against POT, and the demo on an idle machine against the demo beside another PyTorch job.
 
-For every allocator policy of :mod:`reference_models.engine.host_memory` (``--policies``) a fresh process
-trains the reference model's ``--config`` on the set that ``release_fidelity.py data`` writes, through the
-engine's own training loop (``Trainer._train_epoch`` of the first epoch, the first stage; ``--steps N`` stops
-after N steps, default the whole epoch), and reports the loop's wall time, its user and system CPU time, its
-minor page faults, the process's peak resident memory (``ru_maxrss``) and the epoch's mean loss terms (which
-must be the same under every policy: a policy never changes a computed value, and the table says whether
-they were). With ``--release-src PATH`` (the ``src/`` folder of a checkout of ``lijun2005/ICML26-Holmes``,
-which is not part of this project) a fresh process also runs the release's own ``train_one_epoch`` of its
-``main.py`` on the same set, with the same settings, batch size and thread count (its debugger, plotting and
-YAML imports stubbed and its ``.cuda()`` calls made no-ops, data loaded in the main process as here).
+**Allocators.** For every allocator policy of :mod:`reference_models.engine.host_memory` (``--policies``; the
+preloaded allocators ``jemalloc`` and ``tcmalloc`` are started as PyTorch's CPU launcher starts them, with
+``LD_PRELOAD`` and, for jemalloc, its ``MALLOC_CONF``) a fresh process trains the reference model's
+``--config`` on the set that ``release_fidelity.py data`` writes, through the engine's own training loop
+(``Trainer._train_epoch`` of the first epoch, the first stage; ``--steps N`` stops after N steps, default the
+whole epoch), and reports the loop's wall time, its user and system CPU time, its minor page faults, the
+process's peak resident memory (``ru_maxrss``) and the epoch's mean loss terms (which must be the same under
+every policy: a policy never changes a computed value, and the table says whether they were). With
+``--release-src PATH`` (the ``src/`` folder of a checkout of ``lijun2005/ICML26-Holmes``, which is not part of
+this project) a fresh process also runs the release's own ``train_one_epoch`` of its ``main.py`` on the same
+set, with the same settings, batch size and thread count (its debugger, plotting and YAML imports stubbed and
+its ``.cuda()`` calls made no-ops, data loaded in the main process as here). The processes run one at a time,
+never side by side (each holds about 9-13 GiB on the release-sized set), in ``--repeats`` rounds whose order
+rotates, so that a load from other processes falls on all of them alike; each figure is the median over the
+rounds, each ratio one of medians. The load average and the memory available are printed before and after
+every process.
 
-The processes run one at a time, never side by side (each holds about 9-13 GiB on the release-sized set), in
-``--repeats`` rounds whose order rotates, so that a load from other processes falls on all of them alike;
-each figure is the median over the rounds, each ratio one of medians. The load average and the memory
-available are printed before every process. Last, FlexibleOT (release preset) against POT's batched
-log-Sinkhorn at the release's size (``benchmarks/flexible_ot.py --quick --no-scaling``: B=128, 5 queries and
-the dustbin by 32 clips, 50 iterations, 7 interleaved repetitions), module / POT on the fused and the eager
-path. ``--output`` also writes everything as JSON.
+**FlexibleOT.** ``benchmarks/flexible_ot.py --quick --no-scaling`` in a fresh process, its output relayed as
+it prints it (the release preset against POT's batched log-Sinkhorn at the release's size, on every path it
+offers).
 
-Example (the table in the reference-model guide, "Training memory")::
+**Demo, idle and shared.** ``python -m reference_models.holmes demo`` (seed 0, the thread count its own
+choice: no ``OMP_NUM_THREADS``) timed alone, then beside a two-thread PyTorch training loop started before it
+and running until it ends; the ratio of the two wall times, the load average before each, and whether the two
+result tables are the same.
 
-    python benchmarks/release_fidelity.py data --root /tmp/mem64 --visual-dim 64 --text-dim 32
-    python benchmarks/fast_and_lean.py --root /tmp/mem64 --threads 1 --repeats 3 \\
+``--no-allocators``, ``--no-flexible-ot`` and ``--no-demo`` leave a part out; ``--output`` also writes
+everything as JSON. Example (the tables in the reference-model guide, "Training memory")::
+
+    python benchmarks/release_fidelity.py data --root /tmp/rel3072
+    python benchmarks/fast_and_lean.py --root /tmp/rel3072 --threads 1 --policies off,jemalloc,tcmalloc \\
         --release-src /tmp/holmes_release/src
 """
 
@@ -49,7 +56,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 GIB = 2**30
-#: The run every ratio is taken against (today's policy before issue 27).
+#: The policy the table's second set of ratios is taken against (glibc's allocator with a fixed mmap threshold).
 BASELINE = "mapped"
 
 
@@ -181,7 +188,14 @@ def run_worker(args: argparse.Namespace, run: str) -> dict:
                "--hard-negative-epoch", str(args.hard_negative_epoch), "--videos-per-batch", str(args.videos_per_batch)]
     command += ["--worker", "release", "--release-src", str(args.release_src)] if run == "release" else \
         ["--worker", "reference", "--policy", run]
+    from reference_models.engine.host_memory import PRELOADED_ALLOCATORS, preload_environment
+
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    if run in PRELOADED_ALLOCATORS:
+        preloaded = preload_environment(run, env)
+        if preloaded is None:
+            raise SystemExit(f"{run}: not installed (e.g. apt-get install libjemalloc2 / libgoogle-perftools4)")
+        env = preloaded
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{run}: the measured process failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -192,23 +206,82 @@ def median(rows: list[dict], key: str) -> float:
     return statistics.median(row[key] for row in rows)
 
 
-def flexible_ot_ratios(threads: int) -> dict:
-    """FlexibleOT module / POT batched on the fused and the eager path (``flexible_ot.py``'s quick setting)."""
-    import torch
-    from flexible_ot import run_size
+def relay_flexible_ot(threads: int) -> list[str]:
+    """Run ``flexible_ot.py --quick --no-scaling`` in a fresh process and print its output as it comes;
+    returns its lines (whatever that script prints: this benchmark does not parse it)."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "flexible_ot.py"), "--quick", "--no-scaling",
+               "--threads", str(threads)]
+    print(f"\nFlexibleOT against POT ({' '.join(command[1:])}; {machine_state()}):", flush=True)
+    lines = []
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(f"  {line.rstrip()}", flush=True)
+            lines.append(line.rstrip())
+    if process.returncode != 0:
+        print(f"  (flexible_ot.py exited with status {process.returncode})")
+    return lines
 
-    from evidential_prvr.functional import _sinkhorn_fused
 
-    torch.set_num_threads(threads)
-    _sinkhorn_fused._load()
-    row = run_size(128, 5, 32, 50, 7, loop=False)
-    return {"fused_state": _sinkhorn_fused.fused_status()["state"], "path": row["path"],
-            "module_ms": row["module_ms"], "module_eager_ms": row["module_eager_ms"], "pot_ms": row["pot_batch_ms"],
-            "fused_over_pot": row["module_ms"] / row["pot_batch_ms"],
-            "eager_over_pot": row["module_eager_ms"] / row["pot_batch_ms"]}
+#: The other job of the shared demo: a small two-thread PyTorch training loop, as a second user's job would be.
+SHARED_LOOP = """
+import sys, torch
+torch.set_num_threads(2)
+m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 256))
+o = torch.optim.AdamW(m.parameters()); x = torch.randn(64, 256)
+for step in range(10**12):
+    l = m(x).square().mean(); o.zero_grad(); l.backward(); o.step()
+    if step == 50:
+        print("running", flush=True)
+"""
 
 
-def report(args: argparse.Namespace, samples: dict[str, list[dict]], fot: dict | None) -> dict:
+def _time_demo(out: Path) -> tuple[float, dict, str]:
+    """Wall time, results and one-line notes (the thread count, the allocator) of the README's demo command
+    writing into ``out``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-m", "reference_models.holmes", "demo", "--output-dir", str(out), "--no-progress"]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"demo failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note: ")]  # not the training log
+    return wall, results, " ".join(notes)
+
+
+def _recalls(result: dict) -> dict:
+    """One model's test recalls, overall and per query type (the demo table's numbers, without its timings)."""
+    return {"recall": result["recall"], "per_type_r1": result["per_type_r1"]}
+
+
+def demo_idle_and_shared() -> dict:
+    """The demo alone, then beside :data:`SHARED_LOOP` (started first, stopped after); both times and their
+    ratio, and whether the two runs' test results are the same."""
+    with tempfile.TemporaryDirectory() as tmp:
+        state_idle = machine_state()
+        print(f"\ndemo alone ({state_idle})", flush=True)
+        idle, idle_results, idle_note = _time_demo(Path(tmp) / "idle")
+        print(f"  {idle:.1f} s{'; ' + idle_note if idle_note else ''}", flush=True)
+        with subprocess.Popen([sys.executable, "-c", SHARED_LOOP], stdout=subprocess.PIPE, text=True) as loop:
+            assert loop.stdout is not None
+            loop.stdout.readline()  # the loop is past its start and training
+            state_shared = machine_state()
+            print(f"demo beside a two-thread PyTorch training loop ({state_shared})", flush=True)
+            try:
+                shared, shared_results, shared_note = _time_demo(Path(tmp) / "shared")
+            finally:
+                loop.kill()
+        print(f"  {shared:.1f} s{'; ' + shared_note if shared_note else ''}", flush=True)
+    same = all(_recalls(idle_results[m]) == _recalls(shared_results[m]) for m in ("holmes", "baseline"))
+    return {"idle_s": idle, "shared_s": shared, "ratio": shared / idle, "load_before_idle": state_idle,
+            "load_before_shared": state_shared, "same_results": same, "idle_note": idle_note,
+            "shared_note": shared_note}
+
+
+def report(args: argparse.Namespace, samples: dict[str, list[dict]]) -> dict:
     """Print the table of medians and ratios; return everything for ``--output``."""
     summary = {}
     for run, rows in samples.items():
@@ -241,12 +314,7 @@ def report(args: argparse.Namespace, samples: dict[str, list[dict]], fot: dict |
     if policies:
         print(f"mean loss terms identical under every policy and round ({len(policies)} policies): "
               f"{'yes' if same else 'NO'}")
-    if fot is not None:
-        print(f"FlexibleOT (release preset, B=128, 5+1 x 32, 50 iterations; fused kernel {fot['fused_state']}, "
-              f"path {fot['path']}): module / POT batched {fot['fused_over_pot']:.3f}x fused, "
-              f"{fot['eager_over_pot']:.3f}x eager ({fot['module_ms']:.2f} / {fot['module_eager_ms']:.2f} / "
-              f"{fot['pot_ms']:.2f} ms)")
-    return {"summary": summary, "samples": samples, "same_losses": same, "flexible_ot": fot}
+    return {"summary": summary, "samples": samples, "same_losses": same}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,11 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     add_run_arguments(parser)
     parser.set_defaults(threads=1)
     parser.add_argument("--steps", type=int, default=0, help="training steps per measurement (0: the whole epoch)")
-    parser.add_argument("--policies", default=",".join(HOST_MEMORY_POLICIES),
-                        help=f"allocator policies to measure (default: all, {','.join(HOST_MEMORY_POLICIES)})")
+    parser.add_argument("--policies", default="off,jemalloc,tcmalloc",
+                        help="allocator policies to measure, comma-separated (default: off,jemalloc,tcmalloc; "
+                             f"any of {','.join(HOST_MEMORY_POLICIES)})")
     parser.add_argument("--repeats", type=int, default=1, help="rounds; each figure is a median over them")
     parser.add_argument("--release-src", type=Path, help="the src/ folder of a checkout of the official release")
+    parser.add_argument("--no-allocators", action="store_true", help="leave out the allocator policies and the release")
     parser.add_argument("--no-flexible-ot", action="store_true", help="leave out the FlexibleOT / POT ratios")
+    parser.add_argument("--no-demo", action="store_true", help="leave out the demo idle and beside another job")
     parser.add_argument("--output", type=Path, help="also write every measurement here (JSON)")
     parser.add_argument("--worker", choices=("reference", "release"), help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
@@ -279,18 +350,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--policies: unknown {', '.join(unknown)} (choose from {', '.join(HOST_MEMORY_POLICIES)})")
     if args.release_src is not None and not (args.release_src / "main.py").is_file():
         parser.error(f"--release-src {args.release_src}: no main.py there (give the release's src/ folder)")
-    runs = policies + (["release"] if args.release_src is not None else [])
+    runs = [] if args.no_allocators else policies + (["release"] if args.release_src is not None else [])
     samples: dict[str, list[dict]] = {run: [] for run in runs}
-    for round_ in range(args.repeats):
+    for round_ in range(args.repeats if runs else 0):
         order = runs[round_ % len(runs):] + runs[:round_ % len(runs)]
         for run in order:
             print(f"round {round_ + 1}/{args.repeats}: {run} ({machine_state()})", flush=True)
             row = run_worker(args, run)
             samples[run].append(row)
             print(f"  {row['wall']:.1f} s wall ({row['user']:.1f} user, {row['sys']:.1f} sys), "
-                  f"{row['minflt'] / 1e6:.2f} M faults, peak {row['peak_rss_gib']:.2f} GiB", flush=True)
-    fot = None if args.no_flexible_ot else flexible_ot_ratios(args.threads)
-    result = report(args, samples, fot)
+                  f"{row['minflt'] / 1e6:.2f} M faults, peak {row['peak_rss_gib']:.2f} GiB; {row['note']} "
+                  f"({machine_state()})", flush=True)
+    result = report(args, samples) if runs else {}
+    if not args.no_flexible_ot:
+        result["flexible_ot"] = relay_flexible_ot(args.threads)
+    if not args.no_demo:
+        demo = result["demo"] = demo_idle_and_shared()
+        print(f"demo alone {demo['idle_s']:.1f} s, beside a two-thread PyTorch training loop {demo['shared_s']:.1f} s: "
+              f"{demo['ratio']:.2f}x; same test results: {'yes' if demo['same_results'] else 'NO'}")
     if args.output:
         args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0

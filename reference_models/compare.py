@@ -103,6 +103,7 @@ def build_parser() -> engine.OneLineParser:
     run.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu",
                      help="torch device of every run (default: cuda when available, else cpu)")
     run.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
+    engine.add_threads_argument(run, at_most=2)
     run.add_argument("--no-report", action="store_true", help="train only; merge later with report")
     run.add_argument("--methods", type=_name_list,
                      help="which methods to train against the base, in this order (a task with ablations: "
@@ -244,8 +245,6 @@ def format_ablation_table(table: dict[str, Any]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.device == "cpu":
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     runner = runner_for(args.task, epochs=args.epochs, scale=args.benchmark_scale, benchmark=args.benchmark)
     start = time.perf_counter()
     grid.run_grid(runner, args.out, seeds=args.seeds, data_seeds=args.data_seeds, device=args.device,
@@ -263,7 +262,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return engine.run_main({"run": _run, "report": _report}[args.command], args)
+    return engine.run_main({"run": _run, "report": _report}[args.command], args, program=argv is None)
 
 
 if __name__ == "__main__":

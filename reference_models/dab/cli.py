@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-import torch
-
 from reference_models.dab.config import (
     BRIDGE_CONDITIONS,
     COSTS,
@@ -65,6 +63,7 @@ def build_parser() -> OneLineParser:
 
     demo = commands.add_parser("demo", help="embedded benchmark: train and compare the base and DAB")
     add_device_arguments(demo)
+    demo.set_defaults(threads_at_most=2)  # at most two, as the demo always ran (its figures were measured so)
     demo.add_argument("--output-dir", type=Path, default=Path("runs/dab_demo"), help="data, runs and results.json")
     demo.add_argument("--overwrite", action="store_true", help="replace the runs already in --output-dir")
     demo.add_argument("--epochs", type=int_at_least(1), help="override the default number of epochs")
@@ -149,8 +148,6 @@ def _summary_rows(results: dict[str, dict[str, Any]], split: str) -> list[list[s
 def _demo(args: argparse.Namespace) -> int:
     from reference_models.dab.benchmark import generate_t2v_benchmark
 
-    if args.device == "cpu":
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     out = args.output_dir
     names = ["base", "dab", *(DEMO_ABLATIONS if args.ablations else ())]
     for name in names:
@@ -252,4 +249,4 @@ def _validate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate}[args.command]
-    return run_main(handler, args)
+    return run_main(handler, args, program=argv is None)

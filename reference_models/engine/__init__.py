@@ -22,6 +22,7 @@ from reference_models.engine.cli import (
     EXIT_USER_ERROR,
     OneLineParser,
     add_device_arguments,
+    add_threads_argument,
     add_distributed_arguments,
     add_host_memory_argument,
     add_output_arguments,
@@ -98,7 +99,7 @@ __all__ = [
     "DistributedRun", "PeerStoppedError", "ProcessGroupError", "exit_process", "process_group_from_environment", "shard_bounds",
     "add_distributed_arguments", "add_host_memory_argument",
     "run_logger", "tensorboard_writer", "progress",
-    "EXIT_USER_ERROR", "OneLineParser", "int_at_least", "positive_number", "device_arg", "add_device_arguments",
+    "EXIT_USER_ERROR", "OneLineParser", "int_at_least", "positive_number", "device_arg", "add_device_arguments", "add_threads_argument",
     "add_output_arguments", "add_run_arguments", "claim_output_folder", "read_json_file", "run_main", "user_message", "print_line",
     "write_text", "write_json", "finite_or_none", "format_table",
 ]

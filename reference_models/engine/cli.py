@@ -4,7 +4,9 @@ name what they expect, the run flags, the output folder's claim and strict JSON.
 A reference model's ``main`` parses its arguments with an :class:`OneLineParser` and hands the chosen
 subcommand to :func:`run_main`, which turns every :class:`~reference_models.engine.errors.UserError` (and an
 ``OSError`` on a named file) into one ``error: <message>`` line on standard error and exit status 2. A
-traceback means a bug.
+traceback means a bug. A command run on the CPU first chooses its thread count
+(:func:`reference_models.engine.threads.use_cpu_threads`: ``--threads``, else ``OMP_NUM_THREADS``, else the free
+cores).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "positive_number",
     "device_arg",
     "add_device_arguments",
+    "add_threads_argument",
     "add_output_arguments",
     "add_distributed_arguments",
     "add_host_memory_argument",
@@ -114,6 +117,17 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of every generator and the batch order")
     parser.add_argument("--num-workers", type=int_at_least(0), default=0, help="data-loader worker processes")
     parser.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
+    add_threads_argument(parser)
+
+
+def add_threads_argument(parser: argparse.ArgumentParser, at_most: int | None = None) -> None:
+    """``--threads N``: CPU threads of a ``--device cpu`` run (:mod:`reference_models.engine.threads`; by default
+    chosen from the cores this process may use and the load on them, at most ``at_most``)."""
+    cap = f", at most {at_most}" if at_most else ""
+    parser.add_argument("--threads", type=int_at_least(1), metavar="N",
+                        help="CPU threads (default: OMP_NUM_THREADS when set, else the cores this process may use "
+                             f"less the load other processes put on them{cap})")
+    parser.set_defaults(threads_at_most=at_most)
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, default: Path) -> None:
@@ -137,10 +151,11 @@ def add_host_memory_argument(parser: argparse.ArgumentParser) -> None:
     """``--host-memory POLICY``: the C library's allocator policy of the training process
     (:mod:`reference_models.engine.host_memory`; the ``host_memory`` argument of the engine's ``Trainer``)."""
     parser.add_argument("--host-memory", choices=HOST_MEMORY_POLICIES, default=DEFAULT_HOST_MEMORY, metavar="POLICY",
-                        help=f"allocator policy on glibc: {', '.join(HOST_MEMORY_POLICIES)} (default: "
-                             f"{DEFAULT_HOST_MEMORY}: tensors of 1 MiB or more reuse a pool of memory maps, the peak of "
-                             "mapped at fewer page faults; mapped: every block of 1 MiB or more freed at once; "
-                             "off: glibc as it is); never changes a result")
+                        help=f"allocator policy: {', '.join(HOST_MEMORY_POLICIES)} (default: {DEFAULT_HOST_MEMORY}: "
+                             "the command starts again with it preloaded, as PyTorch's CPU launcher does, or says "
+                             "in one line that it is not installed and uses trim; trim: glibc's heaps returned after "
+                             "every step; mapped: every block of 1 MiB or more freed at once; off: glibc as it is); "
+                             "never changes a result")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, default_output: Path | str = "runs/train") -> None:
@@ -189,10 +204,19 @@ def read_json_file(path: Path, flag: str) -> Any:
 
 
 # --- running a subcommand ----------------------------------------------------------------------------
-def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace, *, program: bool = False) -> int:
     """Run ``handler(args)``; a :class:`UserError` or an ``OSError`` on a named file becomes one
-    ``error: ...`` line on standard error and exit status 2. Returns the exit status."""
+    ``error: ...`` line on standard error and exit status 2. Returns the exit status.
+
+    A command with ``--device`` first starts again with its allocator preloaded when ``program`` (the
+    command line is this process's own, not a caller's ``argv``) and its ``--host-memory`` policy (else the
+    engine's default) is a preloaded allocator
+    (:func:`reference_models.engine.host_memory.start_with_allocator`; one line on standard error when it is not
+    installed), and on the CPU sets its thread count (:func:`_use_threads`)."""
     try:
+        if program and hasattr(args, "device"):
+            _start_allocator(getattr(args, "host_memory", None))
+        _use_threads(args)
         return handler(args)
     except UserError as exc:
         if not getattr(exc, "quiet", False):  # quiet: another process of the run printed the reason
@@ -202,6 +226,28 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
             raise
         print_line("error", f"{exc.filename}: {exc.strerror or exc}")
     return EXIT_USER_ERROR
+
+
+def _start_allocator(policy: str | None) -> None:
+    from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, start_with_allocator
+
+    why_not = start_with_allocator(DEFAULT_HOST_MEMORY if policy is None else policy)
+    if why_not is not None:
+        print_line("note", why_not)
+
+
+def _use_threads(args: argparse.Namespace) -> None:
+    """For a command on the CPU: ``torch.set_num_threads`` with ``--threads``, ``OMP_NUM_THREADS`` or the free
+    cores (:func:`reference_models.engine.threads.use_cpu_threads`); one line on standard error when the load
+    from other processes made it fewer."""
+    from reference_models.engine.threads import use_cpu_threads
+
+    device = getattr(args, "device", None)
+    if not isinstance(device, str) or torch.device(device).type != "cpu":
+        return
+    choice = use_cpu_threads(getattr(args, "threads", None), at_most=getattr(args, "threads_at_most", None))
+    if choice.fewer_for_load:
+        print_line("note", f"{choice.reason} (--threads N or OMP_NUM_THREADS sets it)")
 
 
 def user_message(exc: UserError) -> str:

@@ -1,4 +1,4 @@
-"""Resident memory of a training process: freed activations go back to the operating system.
+"""Resident memory of a training process: the allocator that serves PyTorch's CPU tensors, and what it keeps.
 
 On CPU, PyTorch takes every tensor's memory from the C library's ``malloc``. glibc serves a request of at
 least ``M_MMAP_THRESHOLD`` bytes with a memory map of its own, which ``free`` hands back to the operating
@@ -15,9 +15,18 @@ and its peak grew to 13.8-14.3 GiB over the run (see the reference-model guide, 
 the dynamic adjustment), so every block of at least 1 MiB is a memory map of its own and the resident size
 follows what is alive; but then every such allocation page-faults its pages afresh, which costs system time.
 
-The :class:`~reference_models.engine.Trainer` applies one of the named **policies** below
-(:func:`apply_host_memory_policy`; its ``host_memory`` argument, ``--host-memory`` on ``python -m reference_models.holmes train``)
-and calls :meth:`HostMemory.after_step` once after every optimiser step:
+A general-purpose allocator built for this, tcmalloc or jemalloc, replaces ``malloc`` when it is preloaded at
+the start of the process (``LD_PRELOAD``), as PyTorch's CPU launcher (``python -m torch.backends.xeon.run_cpu``)
+does it. The :class:`~reference_models.engine.Trainer` applies one of the named **policies** below
+(:func:`apply_host_memory_policy`; its ``host_memory`` argument, ``--host-memory`` on
+``python -m reference_models.holmes train``) and calls :meth:`HostMemory.after_step` once after every
+optimiser step:
+
+``"tcmalloc"`` (the default, :data:`DEFAULT_HOST_MEMORY`) and ``"jemalloc"``
+    that allocator serves every allocation. It must be loaded when the process starts: the reference models'
+    commands start themselves again once with it preloaded (:func:`start_with_allocator`; one line on standard
+    error where it is not installed), and :func:`preload_environment` gives the environment for any other
+    command. Where it is not loaded, the policy applies ``"trim"`` instead and :attr:`HostMemory.note` says so.
 
 ``"trim"``
     the heaps serve every block below 32 MiB (the threshold fixed where glibc's dynamic rule ends up, and the
@@ -35,18 +44,10 @@ and calls :meth:`HostMemory.after_step` once after every optimiser step:
     the same from 8 MiB (:data:`LARGE_MMAP_THRESHOLD_BYTES`).
 ``"off"``
     the allocator as it is (glibc's dynamic threshold in a fresh process); nothing per step.
-``"pool"`` (the default, :data:`DEFAULT_HOST_MEMORY`)
-    PyTorch's tensors of at least 1 MiB come from a pool of memory maps (:mod:`reference_models.engine.cpu_pool`)
-    that keeps a freed block for the next request of about its size (shrinking or growing a cached block
-    in place when none fits) and unmaps cached blocks only as much as a request needs: the memory held never
-    exceeds the most that was live at once (the peak of ``"mapped"``) and the next step's activations reuse
-    the last step's pages without faulting them in again. Other blocks of 1 MiB and more (NumPy's, the C
-    library's) are mapped as under ``"mapped"``, which is also what applies where the pool cannot be built
-    (:attr:`HostMemory.note` says why). Any other policy turns the pool off again.
 
 A policy changes where memory comes from, never a value computed: results stay bit for bit the same. The
 settings are the process's (``mallopt``): a later policy in the same process replaces an earlier one's, and
-``"off"`` leaves whatever an earlier one set in the C library (but turns the pool off). Where the C library
+``"off"`` leaves whatever an earlier one set in the C library. Where the C library
 is not glibc a policy does nothing (and :attr:`HostMemory.note` says so), and when the environment sets glibc's own ``MALLOC_MMAP_THRESHOLD_`` the
 user's choice wins: the allocator is left as it is and nothing is trimmed. The measured peak resident memory
 and time of each policy are in the reference-model guide ("Training memory").
@@ -55,12 +56,24 @@ and time of each policy are in the reference-model guide ("Training memory").
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
 import platform
+import sys
+import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "keep_large_blocks_mapped",
+    "find_allocator",
+    "allocator_loaded",
+    "preload_environment",
+    "start_with_allocator",
+    "PRELOADED_ALLOCATORS",
+    "FALLBACK_HOST_MEMORY",
+    "PRELOAD_MARK",
+    "JEMALLOC_CONF",
     "release_free_memory",
     "apply_host_memory_policy",
     "check_host_memory_policy",
@@ -80,11 +93,21 @@ LARGE_MMAP_THRESHOLD_BYTES = 8 << 20
 #: glibc's largest mmap threshold (``HEAP_MAX_SIZE / 2`` on 64-bit systems), where its dynamic rule ends up.
 _MAX_MMAP_THRESHOLD_BYTES = 32 << 20
 
+#: The general-purpose allocators that replace the C library's ``malloc`` when preloaded (``LD_PRELOAD``), as
+#: PyTorch's CPU launcher (``python -m torch.backends.xeon.run_cpu``) offers them.
+PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc")
+
+#: jemalloc's settings (``MALLOC_CONF``) under PyTorch's CPU launcher, used unless the environment sets its own.
+JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
+
 #: The policies :func:`apply_host_memory_policy` knows, in the order the guide lists them.
-HOST_MEMORY_POLICIES = ("trim", "heap-trim", "mapped", "mapped-large", "off", "pool")
+HOST_MEMORY_POLICIES = (*PRELOADED_ALLOCATORS, "trim", "heap-trim", "mapped", "mapped-large", "off")
 
 #: The policy the engine's :class:`~reference_models.engine.Trainer` applies unless told otherwise.
-DEFAULT_HOST_MEMORY = "pool"
+DEFAULT_HOST_MEMORY = "tcmalloc"
+
+#: The policy a preloaded allocator's policy applies where that allocator is not loaded.
+FALLBACK_HOST_MEMORY = "trim"
 
 #: glibc's ``mallopt`` parameter numbers (``<malloc.h>``).
 _M_TRIM_THRESHOLD = -1
@@ -178,8 +201,8 @@ class HostMemory:
     policy : str
         The policy asked for.
     applied : bool
-        Whether its settings took effect (``False`` for ``"off"``, where the C library is not glibc, or where
-        the environment sets ``MALLOC_MMAP_THRESHOLD_``).
+        Whether its settings took effect (``False`` for ``"off"``, where the C library is not glibc, where
+        the environment sets ``MALLOC_MMAP_THRESHOLD_``, or where a preloaded allocator is not loaded).
     note : str
         What was done, or why nothing was.
     trims : bool
@@ -205,23 +228,18 @@ def apply_host_memory_policy(policy: str = DEFAULT_HOST_MEMORY, *, argument: str
     set and nothing will be trimmed; :attr:`HostMemory.note` says why.
     """
     check_host_memory_policy(policy, argument)
-    from reference_models.engine import cpu_pool
-
-    cpu_pool.disable()  # an earlier "pool" ends here (a no-op where it never ran); "pool" installs it again below
+    if policy in PRELOADED_ALLOCATORS:
+        if allocator_loaded(policy):
+            return HostMemory(policy, True, f"{policy} serves every allocation (preloaded at start)")
+        fallback = apply_host_memory_policy(FALLBACK_HOST_MEMORY)
+        return HostMemory(policy, False, f"{policy} is not loaded in this process (it must be preloaded at start: "
+                                         f"LD_PRELOAD), so {FALLBACK_HOST_MEMORY!r} applies: {fallback.note}",
+                          trims=fallback.trims)
     if policy == "off":
         return HostMemory(policy, False, "the allocator is left as it is")
     why_not = _unavailable()
     if why_not is not None:
         return HostMemory(policy, False, why_not)
-    if policy == "pool":
-        # the blocks of 1 MiB and more that are not tensors' (NumPy's, the C library's) are mapped as under "mapped"
-        mapped = _mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and keep_large_blocks_mapped(MMAP_THRESHOLD_BYTES)
-        why_no_pool = cpu_pool.install(MMAP_THRESHOLD_BYTES)
-        if why_no_pool is not None:
-            return HostMemory(policy, mapped, f"the tensor pool is unavailable ({why_no_pool}): every block of at "
-                                              "least 1 MiB is a memory map of its own, as under 'mapped'")
-        return HostMemory(policy, True, "tensors of at least 1 MiB from a pool of memory maps that reuses them "
-                                        "(engine.cpu_pool), other blocks of 1 MiB and more mapped")
     if policy in ("mapped", "mapped-large"):
         threshold = MMAP_THRESHOLD_BYTES if policy == "mapped" else LARGE_MMAP_THRESHOLD_BYTES
         ok = _mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and keep_large_blocks_mapped(threshold)
@@ -231,3 +249,96 @@ def apply_host_memory_policy(policy: str = DEFAULT_HOST_MEMORY, *, argument: str
           and _mallopt(_M_TRIM_THRESHOLD, 2 * _MAX_MMAP_THRESHOLD_BYTES))
     where = "every block" if policy == "heap-trim" else "blocks below 32 MiB"
     return HostMemory(policy, ok, f"{where} from the heaps, their free pages returned after every step", trims=ok)
+
+
+def _library_folders(environ: Mapping[str, str]) -> list[str]:
+    """Where :func:`find_allocator` looks: the folders PyTorch's CPU launcher searches, then the system's
+    multiarch folders (Debian and Ubuntu install ``libjemalloc.so.2`` under ``/usr/lib/x86_64-linux-gnu``)."""
+    folders = [f"{environ[name]}/lib" for name in ("CONDA_PREFIX", "VIRTUAL_ENV") if name in environ]
+    folders += [os.path.expanduser("~/.local/lib"), "/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64"]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        folders += [f"/usr/lib/{multiarch}", f"/lib/{multiarch}"]
+    return folders
+
+
+def find_allocator(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The shared library of the allocator ``name`` (one of :data:`PRELOADED_ALLOCATORS`), or ``None``.
+
+    Looks for ``lib<name>.so`` and then its versioned files (``lib<name>.so.2``) in the folders PyTorch's CPU
+    launcher searches (``$CONDA_PREFIX/lib``, ``$VIRTUAL_ENV/lib``, ``~/.local/lib``, ``/usr/local/lib``,
+    ``/usr/lib``, ...) and the system's multiarch folders; for tcmalloc also its minimal build.
+    """
+    if name not in PRELOADED_ALLOCATORS:
+        raise ValueError(f"name must be one of {', '.join(repr(a) for a in PRELOADED_ALLOCATORS)}, got {name!r}")
+    folders = _library_folders(os.environ if environ is None else environ)
+    stems = [f"lib{name}"] + (["libtcmalloc_minimal"] if name == "tcmalloc" else [])
+    for stem in stems:
+        for folder in folders:
+            exact = os.path.join(folder, f"{stem}.so")
+            if os.path.isfile(exact):
+                return exact
+            versioned = sorted(glob.glob(os.path.join(folder, f"{stem}.so.[0-9]*")), key=len)
+            if versioned:
+                return versioned[0]
+    return None
+
+
+def allocator_loaded(name: str) -> bool:
+    """Whether the allocator ``name`` (one of :data:`PRELOADED_ALLOCATORS`) is mapped into this process."""
+    if name not in PRELOADED_ALLOCATORS:
+        raise ValueError(f"name must be one of {', '.join(repr(a) for a in PRELOADED_ALLOCATORS)}, got {name!r}")
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any(f"/lib{name}" in line for line in maps)
+    except OSError:  # not Linux
+        return False
+
+
+def preload_environment(name: str, environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The environment (a copy of ``environ``, default ``os.environ``) in which a new process starts with the
+    allocator ``name`` preloaded as PyTorch's CPU launcher does it: its library first in ``LD_PRELOAD`` and,
+    for jemalloc, ``MALLOC_CONF`` set to :data:`JEMALLOC_CONF` unless already set. ``None`` when the library is
+    not installed (:func:`find_allocator`)."""
+    environ = os.environ if environ is None else environ
+    library = find_allocator(name, environ)
+    if library is None:
+        return None
+    env = dict(environ)
+    env["LD_PRELOAD"] = ":".join(p for p in (library, environ.get("LD_PRELOAD", "").strip(":")) if p)
+    if name == "jemalloc":
+        env.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    return env
+
+
+#: Set in the environment of a process started again by :func:`start_with_allocator` (to the allocator's name),
+#: so that it never starts itself a second time.
+PRELOAD_MARK = "REFERENCE_MODELS_PRELOADED"
+
+
+def start_with_allocator(policy: str) -> str | None:
+    """Early in a command's ``main``: when ``policy`` is a preloaded allocator (:data:`PRELOADED_ALLOCATORS`)
+    that this process has not loaded, start the same command again in this process (``os.execve`` of
+    ``sys.orig_argv``) with the allocator preloaded as PyTorch's CPU launcher does it (:func:`preload_environment`);
+    that call does not return.
+
+    Returns ``None`` when nothing needs doing (another policy, the allocator already loaded, or another
+    preloaded allocator loaded: the user's choice), else one line saying why the allocator is not used (not
+    installed, or this process was already started again once, :data:`PRELOAD_MARK`); the command then goes on
+    with the C library's allocator.
+    """
+    check_host_memory_policy(policy, "host_memory")
+    if policy not in PRELOADED_ALLOCATORS or any(allocator_loaded(name) for name in PRELOADED_ALLOCATORS):
+        return None
+    if os.environ.get(PRELOAD_MARK) == policy:
+        return f"{policy} was preloaded but is not loaded (LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})"
+    env = preload_environment(policy)
+    if env is None:
+        return (f"{policy} is not installed (Debian/Ubuntu: apt-get install "
+                f"{'libjemalloc2' if policy == 'jemalloc' else 'libgoogle-perftools4'}), so the C library's "
+                "allocator is used")
+    env[PRELOAD_MARK] = policy
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, sys.orig_argv, env)
+    return None  # pragma: no cover - execve does not return

@@ -145,11 +145,10 @@ class Trainer:
         under ``DistributedDataParallel`` (:attr:`train_model`), rank 0 alone validates and writes
         ``output_dir``, and ``last.pt`` holds every rank's generator states. Default: one process.
     host_memory : str
-        The allocator policy (:mod:`reference_models.engine.host_memory`): ``"pool"`` (the default) serves
-        tensors of at least 1 MiB from a pool of memory maps that reuses them
-        (:mod:`reference_models.engine.cpu_pool`; ``"mapped"`` where it cannot be built), ``"mapped"`` gives
-        every block of at least 1 MiB a memory map of its own, ``"trim"`` returns the heaps' free pages once
-        after every optimiser step, ``"heap-trim"``, ``"mapped-large"`` or ``"off"``. It moves where memory
+        The allocator policy (:mod:`reference_models.engine.host_memory`): ``"tcmalloc"`` (the default) or
+        ``"jemalloc"`` when that allocator was preloaded at the start of the process (else ``"trim"``),
+        ``"trim"`` returns the heaps' free pages once after every optimiser step, ``"mapped"`` gives every block
+        of at least 1 MiB a memory map of its own, ``"heap-trim"``, ``"mapped-large"`` or ``"off"``. It moves where memory
         comes from, never a computed value; what was applied is :attr:`host_memory`.
     """
 

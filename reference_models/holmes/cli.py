@@ -36,8 +36,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import torch
-
 from reference_models import engine
 from reference_models.holmes.config import ABLATIONS, PRESETS, HolmesConfig, preset
 from reference_models.holmes.data import (
@@ -109,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="embedded benchmark: Holmes vs the MIL baseline")
     engine.add_device_arguments(demo)
+    demo.set_defaults(threads_at_most=2)  # at most two, as the demo always ran (its figures were measured so)
     demo.add_argument("--output-dir", type=Path,
                       help=f"data, runs and results.json (default: {_DEMO_FOLDER}, or {_DEMO_FOLDER}-2, -3, ... when an "
                            "earlier demo is there; a folder named here that holds a run needs --overwrite)")
@@ -130,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else engine.EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
                "diagnose": _diagnose}[args.command]
-    return engine.run_main(handler, args)
+    return engine.run_main(handler, args, program=argv is None)
 
 
 # --- validate -------------------------------------------------------------------------------------
@@ -403,8 +402,6 @@ def _demo_output_folder(args: argparse.Namespace) -> Path:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.device == "cpu":
-        torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     out = _demo_output_folder(args)
     print(f"writing the embedded benchmark, the runs and results.json to {out}", flush=True)
     start = time.perf_counter()

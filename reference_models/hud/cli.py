@@ -95,7 +95,7 @@ def _scale_argument(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate, "ablation": _ablation}
-    return engine.run_main(handlers[args.command], args)
+    return engine.run_main(handlers[args.command], args, program=argv is None)
 
 
 # --- data ---------------------------------------------------------------------------------------------
