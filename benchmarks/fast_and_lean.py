@@ -192,16 +192,16 @@ def median(rows: list[dict], key: str) -> float:
 
 
 def flexible_ot_ratios(threads: int) -> dict:
-    """FlexibleOT module / POT batched on the fused and the eager path (``flexible_ot.py``'s quick setting)."""
+    """FlexibleOT module / POT batched on the default and the eager path (``flexible_ot.py``'s quick setting)."""
     import torch
     from flexible_ot import run_size
 
-    from evidential_prvr.functional import _sinkhorn_fused
+    from evidential_prvr.functional._sinkhorn_kernel import kernel_function, kernel_status
 
     torch.set_num_threads(threads)
-    _sinkhorn_fused._load()
+    kernel_function()
     row = run_size(128, 5, 32, 50, 7, loop=False)
-    return {"fused_state": _sinkhorn_fused.fused_status()["state"], "path": row["path"],
+    return {"fused_state": kernel_status()["state"], "path": row["path"],
             "module_ms": row["module_ms"], "module_eager_ms": row["module_eager_ms"], "pot_ms": row["pot_batch_ms"],
             "fused_over_pot": row["module_ms"] / row["pot_batch_ms"],
             "eager_over_pot": row["module_eager_ms"] / row["pot_batch_ms"]}
