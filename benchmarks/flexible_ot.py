@@ -81,12 +81,15 @@ def synchronized(fn, device: str):
 
 
 def interleaved_medians_ms(fns: dict, repeats: int) -> dict:
-    """Median wall time in ms of each function, timed one call of each per round (after one warm-up call each)."""
+    """Median wall time in ms of each function, timed one call of each per round (after one warm-up call each),
+    in an order rotated from round to round."""
     for fn in fns.values():
         fn()
     samples = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for round_ in range(repeats):  # each round starts one further down the list: no call always follows the same one
+        for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+            fn = fns[name]
             start = time.perf_counter()
             fn()
             samples[name].append((time.perf_counter() - start) * 1e3)
@@ -114,7 +117,7 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
     row.update(interleaved_medians_ms({key: synchronized(fn, device) for key, fn in fns.items()}, repeats))
     eager = on_backend("eager", solver)()
     row["max_diff"] = float((on_backend("auto", solver)() - pot_batched().plan).abs().max())
-    for key, name in backends.items():
+    for name in backends.values():
         row[f"max_diff_{name}"] = float((on_backend(name, solver)() - eager).abs().max())
     if loop:
 
@@ -142,6 +145,31 @@ def warm_up(device: str) -> None:
     print(f"compiled loop: {time.perf_counter() - start:.2f} s to compile it (or load it from the compiler's cache)")
 
 
+def dynamic_vs_static(batch: int, queries: int, clips: int, iters: int, repeats: int, device: str) -> None:
+    """The compiled scaling solve with dynamic sizes (the library's choice: one graph for every caption count)
+    against one compiled for this exact size (what padding to a fixed set of sizes would give per bucket):
+    first-call time (compilation, or loading from the compiler's cache) and run time."""
+    from evidential_prvr.functional import _sinkhorn_loops
+
+    _, _, scores, a, b = make_problem(batch, queries, clips, device=device)
+    eps = torch.tensor(0.1, dtype=scores.dtype, device=device)
+    count = torch.tensor(iters, device=device)
+    fns, first = {}, {}
+    for name, dynamic in (("dynamic", True), ("static", False)):
+        torch._dynamo.reset()
+        options = _sinkhorn_loops._CPU_OPTIONS if device == "cpu" else None
+        compiled = torch.compile(_sinkhorn_loops._while_scaling, dynamic=dynamic, fullgraph=True, options=options)
+        start = time.perf_counter()
+        compiled(scores, a, b, eps, count)
+        first[name] = time.perf_counter() - start
+        fns[name] = synchronized(lambda compiled=compiled: compiled(scores, a, b, eps, count), device)
+    times = interleaved_medians_ms(fns, repeats)
+    print(f"\ncompiled scaling solve, dynamic sizes vs this size only (B={batch}, {queries}+1 x {clips}):")
+    for name in fns:
+        print(f"  {name:>8}: first call {first[name]:6.2f} s, then {times[name]:7.3f} ms")
+    print(f"  static / dynamic run time: {times['static'] / times['dynamic']:.3f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=128, help="videos per batch (default 128)")
@@ -153,6 +181,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few repetitions, small scaling sweep")
     parser.add_argument("--no-scaling", action="store_true", help="only the main size")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
+    parser.add_argument("--dynamic-vs-static", action="store_true",
+                        help="also time the compiled solve with dynamic sizes against one compiled for the main size")
     args = parser.parse_args()
     set_threads(args.threads)
     repeats = 7 if args.quick else args.repeats
@@ -185,6 +215,8 @@ def main() -> None:
     for name in ("kernel", "compiled"):
         if f"max_diff_{name}" in main_row:
             print(f"  {f'max |{name} plan - eager plan|:':<38}{main_row[f'max_diff_{name}']:.2e}")
+    if args.dynamic_vs_static:
+        dynamic_vs_static(args.batch, args.queries, args.clips, args.iters, max(repeats, 15), args.device)
     if args.no_scaling:
         return
     sizes_b = [128, 512] if args.quick else [128, 256, 512, 1024, 2048, 4096]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch._higher_order_ops.while_loop import while_loop
@@ -42,7 +42,7 @@ _broken: str | None = None  # why compilation failed in this process ("auto" the
 
 # C++ wrapper and single-threaded kernels: the loop's tensors are small, and a parallel region per iteration
 # costs more than it saves (measured: benchmarks/flexible_ot.py, docs/guide/flexible_ot.rst).
-_CPU_OPTIONS = {"cpp_wrapper": True, "cpp.threads": 1}
+_CPU_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"cpp_wrapper": True, "cpp.threads": 1}
 
 
 def set_sinkhorn_backend(backend: SinkhornBackend) -> None:
