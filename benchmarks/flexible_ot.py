@@ -9,6 +9,7 @@ against Mc clips, 50 iterations, float32, CPU. For each size it prints the time 
 * the library's solver alone (:func:`evidential_prvr.functional.sinkhorn`) on the prepared problem, default
   and eager,
 * ``ot.solve_batch(M, reg, a, b, max_iter=50, tol=0, method="log_sinkhorn", grad="detach")``,
+* the module forced to the log-domain scheme, default / compiled / eager (main size only),
 * a Python loop of ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")`` over the videos (main size only),
 
 the time ratios, and the largest absolute differences between the library's and POT's plans and between
@@ -114,6 +115,11 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
     fns = {key: on_backend(name, lambda: fot(sim)) for key, name in backends.items()}
     fns.update({"solver_ms": on_backend("auto", solver), "solver_eager_ms": on_backend("eager", solver),
                 "pot_batch_ms": pot_batched})
+    if loop:  # the log scheme too (the scheme of unnormalised scores beyond the scaling bound)
+        log_fot = FlexibleOT.from_preset("release", dataset="tvr", method="log", n_iters=iters)
+        fns.update({"log_auto_ms": on_backend("auto", lambda: log_fot(sim)),
+                    "log_compiled_ms": on_backend("compiled", lambda: log_fot(sim)),
+                    "log_eager_ms": on_backend("eager", lambda: log_fot(sim))})
     row.update(interleaved_medians_ms({key: synchronized(fn, device) for key, fn in fns.items()}, repeats))
     eager = on_backend("eager", solver)()
     row["max_diff"] = float((on_backend("auto", solver)() - pot_batched().plan).abs().max())
@@ -146,25 +152,33 @@ def warm_up(device: str) -> None:
 
 
 def dynamic_vs_static(batch: int, queries: int, clips: int, iters: int, repeats: int, device: str) -> None:
-    """The compiled scaling solve with dynamic sizes (the library's choice: one graph for every caption count)
-    against one compiled for this exact size (what padding to a fixed set of sizes would give per bucket):
-    first-call time (compilation, or loading from the compiler's cache) and run time."""
+    """The compiled scaling steps with dynamic sizes (the library's choice: one graph for every caption count)
+    against steps compiled for this exact size (what padding to a fixed set of sizes would give per bucket):
+    first-call time (compilation, or loading from the compiler's cache) and run time of ``iters`` iterations."""
     from evidential_prvr.functional import _sinkhorn_loops
 
     _, _, scores, a, b = make_problem(batch, queries, clips, device=device)
-    eps = torch.tensor(0.1, dtype=scores.dtype, device=device)
-    count = torch.tensor(iters, device=device)
+    gibbs = torch.exp(scores / 0.1 - 10.0).permute(1, 2, 0).contiguous()
+    a_col, b_row = a.t().unsqueeze(1).contiguous(), b.t().unsqueeze(0).contiguous()
     fns, first = {}, {}
     for name, dynamic in (("dynamic", True), ("static", False)):
         torch._dynamo.reset()
         options = _sinkhorn_loops._CPU_OPTIONS if device == "cpu" else None
-        compiled = torch.compile(_sinkhorn_loops._while_scaling, dynamic=dynamic, fullgraph=True, options=options)
+        compiled = torch.compile(_sinkhorn_loops._scaling_steps, dynamic=dynamic, options=options)
+
+        def run(compiled=compiled):
+            v = torch.ones_like(b_row)
+            for _ in range(iters // _sinkhorn_loops._CHUNK):
+                _, v = compiled(gibbs, a_col, b_row, v, _sinkhorn_loops._CHUNK)
+            return v
+
         start = time.perf_counter()
-        compiled(scores, a, b, eps, count)
+        run()
         first[name] = time.perf_counter() - start
-        fns[name] = synchronized(lambda compiled=compiled: compiled(scores, a, b, eps, count), device)
+        fns[name] = synchronized(run, device)
     times = interleaved_medians_ms(fns, repeats)
-    print(f"\ncompiled scaling solve, dynamic sizes vs this size only (B={batch}, {queries}+1 x {clips}):")
+    print(f"\ncompiled scaling steps, dynamic sizes vs this size only (B={batch}, {queries}+1 x {clips}, {iters} "
+          "iterations):")
     for name in fns:
         print(f"  {name:>8}: first call {first[name]:6.2f} s, then {times[name]:7.3f} ms")
     print(f"  static / dynamic run time: {times['static'] / times['dynamic']:.3f}x")
@@ -206,6 +220,10 @@ def main() -> None:
           f"{main_row['solver_eager_ms'] / pot:6.3f}x")
     print(f"  {'POT ot.solve_batch (log_sinkhorn):':<38}{pot:8.2f} ms")
     print(f"  {'POT loop of ot.sinkhorn:':<38}{main_row['pot_loop_ms']:8.2f} ms")
+    print(f"  {'module, log scheme, default backend:':<38}{main_row['log_auto_ms']:8.2f} ms")
+    print(f"  {'module, log scheme, compiled loop:':<38}{main_row['log_compiled_ms']:8.2f} ms")
+    print(f"  {'module, log scheme, eager loop:':<38}{main_row['log_eager_ms']:8.2f} ms  "
+          f"compiled / eager {main_row['log_compiled_ms'] / main_row['log_eager_ms']:.3f}x")
     print(f"  {'module compiled / module eager:':<38}{main_row['module_compiled_ms'] / main_row['module_eager_ms']:8.3f}x")
     if "module_kernel_ms" in main_row:
         print(f"  {'module kernel / module compiled:':<38}"

@@ -4,10 +4,10 @@ The eager loops run ``n_iters`` Python iterations of a few small tensor operatio
 problem (128 videos, 5 queries + dustbin by 32 clips, 50 iterations) dispatching them costs most of
 :func:`~evidential_prvr.functional.flexible_ot`'s time. Two faster paths run the same iterations:
 
-* the compiled loops, written with :func:`torch._higher_order_ops.while_loop` so that PyTorch's compiler
-  (Inductor: C++ on CPU, Triton on CUDA) builds the whole solve once: the iteration count and epsilon are
-  tensors and the sizes are dynamic, so neither a new caption count, a new batch size, a new ``n_iters`` nor a
-  new epsilon recompiles (only a new dtype or device does);
+* the compiled loops: the iterations compiled by :func:`torch.compile` (Inductor: C++ on CPU, Triton on
+  CUDA), ten per call, with dynamic sizes, so that neither a new caption count, a new batch size nor a new
+  epsilon recompiles (a new ``n_iters`` needs no new graph either: the rest of ten runs one iteration per
+  call; only a new dtype or device compiles again);
 * the hand-written scaling kernel (:mod:`evidential_prvr.functional._sinkhorn_kernel`, built by
   :mod:`torch.utils.cpp_extension`), kept because it is measured faster than the compiled scaling loop on CPU.
 
@@ -25,7 +25,6 @@ from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 import torch
-from torch._higher_order_ops.while_loop import while_loop
 
 from evidential_prvr.functional._sinkhorn_kernel import _run as run_kernel
 from evidential_prvr.functional._sinkhorn_kernel import kernel_function, kernel_status
@@ -42,7 +41,7 @@ _broken: str | None = None  # why compilation failed in this process ("auto" the
 
 # C++ wrapper and single-threaded kernels: the loop's tensors are small, and a parallel region per iteration
 # costs more than it saves (measured: benchmarks/flexible_ot.py, docs/guide/flexible_ot.rst).
-_CPU_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"cpp_wrapper": True, "cpp.threads": 1}
+_CPU_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"cpp.threads": 1}
 
 
 def set_sinkhorn_backend(backend: SinkhornBackend) -> None:
@@ -172,43 +171,31 @@ def _converged(row_mass: torch.Tensor, a: torch.Tensor, tol: float) -> bool:
     return float((row_mass - a).abs().sum(dim=1).max()) <= tol
 
 
-def _while_scaling(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: torch.Tensor,
-                   n_iters: torch.Tensor) -> torch.Tensor:
-    """:func:`eager_scaling` without early stopping, the loop a ``while_loop`` (the function that is compiled).
-
-    The loop runs on the problems' last dimension (``[n, m, B]``): every sum is then over a leading dimension,
-    one vector lane per problem, without horizontal reductions (measured faster than ``[B, n, m]``)."""
-    log_gibbs, high, a, b, keep = _problem(scores, a, b, epsilon)
-    gibbs = torch.exp(log_gibbs - high).permute(1, 2, 0).contiguous()
-    a_col, b_row = a.t().unsqueeze(1).contiguous(), b.t().unsqueeze(0).contiguous()
-
-    def body(i: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _scaling_steps(gibbs: torch.Tensor, a_col: torch.Tensor, b_row: torch.Tensor, v: torch.Tensor,
+                   steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``steps`` scaling iterations on the problems' last dimension (``gibbs [n, m, B]``, the function that is
+    compiled): every sum is over a leading dimension, one vector lane per problem, without horizontal reductions
+    (measured faster than ``[B, n, m]``)."""
+    u = a_col
+    for _ in range(steps):
         u = a_col / (gibbs * (v / v.amax(dim=1, keepdim=True))).sum(dim=1, keepdim=True)
-        return i + 1, u, b_row / (gibbs * u).sum(dim=0, keepdim=True)
-
-    start = (torch.zeros((), dtype=torch.int64, device=gibbs.device), a_col.clone(), torch.ones_like(b_row))
-    _, u, v = while_loop(lambda i, u, v: i < n_iters, body, start)
-    plan = (u * gibbs * v).permute(2, 0, 1)
-    return torch.where(keep, plan, torch.zeros_like(plan))
+        v = b_row / (gibbs * u).sum(dim=0, keepdim=True)
+    return u, v
 
 
-def _while_log(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: torch.Tensor,
-               n_iters: torch.Tensor) -> torch.Tensor:
-    """:func:`eager_log` without early stopping, the loop a ``while_loop`` (the function that is compiled)."""
-    log_gibbs, _, a, b, keep = _problem(scores, a, b, epsilon)
-    log_a, log_b = torch.log(a), torch.log(b)
-
-    def body(i: torch.Tensor, f: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return (i + 1, *_log_step(log_gibbs, log_a, log_b, g))
-
-    start = (torch.zeros((), dtype=torch.int64, device=scores.device), torch.zeros_like(log_a),
-             torch.zeros_like(log_b))
-    _, f, g = while_loop(lambda i, f, g: i < n_iters, body, start)
-    plan = torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
-    return torch.where(keep, plan, torch.zeros_like(plan))
+def _log_steps(log_gibbs: torch.Tensor, log_a: torch.Tensor, log_b: torch.Tensor, g: torch.Tensor,
+               steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``steps`` log-domain iterations (the function that is compiled)."""
+    f = log_a
+    for _ in range(steps):
+        f, g = _log_step(log_gibbs, log_a, log_b, g)
+    return f, g
 
 
-_LOOPS = {"scaling": (eager_scaling, _while_scaling), "log": (eager_log, _while_log)}
+_LOOPS = {"scaling": (eager_scaling, _scaling_steps), "log": (eager_log, _log_steps)}
+
+_CHUNK = 10
+"""Iterations per call of the compiled steps (the rest one at a time): two graphs per method, dtype and device."""
 
 
 Loop = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, int, "float | None", int], torch.Tensor]
@@ -216,12 +203,16 @@ Loop = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, int, "float | 
 
 
 class _CompiledLoop:
-    """The ``while_loop`` form of one method, compiled on first use; on a failing compilation under ``"auto"``,
-    one warning and the eager loop from then on."""
+    """The iterations of one method compiled on first use, ``_CHUNK`` per call; on a failing compilation under
+    ``"auto"``, one warning and the eager loop from then on.
+
+    The steps are unrolled Python loops rather than one ``while_loop``: PyTorch's compiler caches their code on
+    disk (it cannot cache a ``while_loop``), so only the first process on a machine compiles them."""
 
     def __init__(self, method: str) -> None:
+        self.method = method
         self.eager, self.compilable = _LOOPS[method]
-        self.compiled: Callable[..., torch.Tensor] | None = None
+        self.compiled: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __call__(self, scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float, n_iters: int,
                  tol: float | None, check_every: int) -> torch.Tensor:
@@ -229,13 +220,10 @@ class _CompiledLoop:
         device = scores.device
         if self.compiled is None:
             options = _CPU_OPTIONS if device.type == "cpu" else None
-            self.compiled = torch.compile(self.compilable, dynamic=True, fullgraph=True, options=options)
-        # tensors, not Python numbers: a new epsilon or iteration count reuses the compiled code
-        eps = torch.tensor(epsilon, dtype=scores.dtype, device=device)
-        count = torch.tensor(n_iters, dtype=torch.int64, device=device)
+            self.compiled = torch.compile(self.compilable, dynamic=True, options=options)
         try:
             with torch.autocast(device.type, enabled=False):
-                return self.compiled(scores, a, b, eps, count)
+                return self._solve(scores, a, b, epsilon, n_iters)
         except Exception as exc:  # no usable compiler (or a compiler bug): the eager loop serves from now on
             if _backend == "compiled":
                 raise
@@ -245,6 +233,26 @@ class _CompiledLoop:
                           "(evidential_prvr.set_sinkhorn_backend('eager') silences this)", RuntimeWarning,
                           stacklevel=4)
             return self.eager(scores, a, b, epsilon, n_iters, tol, check_every)
+
+    def _solve(self, scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float,
+               n_iters: int) -> torch.Tensor:
+        assert self.compiled is not None
+        chunks = [_CHUNK] * (n_iters // _CHUNK) + [1] * (n_iters % _CHUNK)
+        log_gibbs, high, a, b, keep = _problem(scores, a, b, epsilon)
+        if self.method == "scaling":
+            gibbs = torch.exp(log_gibbs - high).permute(1, 2, 0).contiguous()
+            a_col, b_row = a.t().unsqueeze(1).contiguous(), b.t().unsqueeze(0).contiguous()
+            v = torch.ones_like(b_row)
+            for steps in chunks:
+                u, v = self.compiled(gibbs, a_col, b_row, v, steps)
+            plan = (u * gibbs * v).permute(2, 0, 1)
+        else:
+            log_a, log_b = torch.log(a), torch.log(b)
+            g = torch.zeros_like(log_b)
+            for steps in chunks:
+                f, g = self.compiled(log_gibbs, log_a, log_b, g, steps)
+            plan = torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
+        return torch.where(keep, plan, torch.zeros_like(plan))
 
 
 _COMPILED = {method: _CompiledLoop(method) for method in _LOOPS}
