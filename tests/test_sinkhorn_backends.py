@@ -258,3 +258,23 @@ def test_import_needs_no_environment_and_starts_on_auto():
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": root}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.split() == ["auto"], done.stderr
+
+
+@pytest.mark.parametrize("fast", ["eager", "compiled", pytest.param("kernel", marks=needs_kernel)])
+def test_flexible_ot_reaches_the_loop_three_calls_below_forward(monkeypatch, fast):
+    import inspect
+
+    method = "log" if fast == "compiled" else "scaling"
+    real = {"eager": loops.eager_scaling, "compiled": loops._COMPILED["log"], "kernel": loops.kernel_scaling}[fast]
+    stacks = []
+
+    def spy(*args):
+        stacks.append([frame.function for frame in inspect.stack(context=0)])
+        return real(*args)
+
+    monkeypatch.setattr(loops, "sinkhorn_loop", lambda *args: spy)
+    monkeypatch.setattr("evidential_prvr.functional._sinkhorn.sinkhorn_loop", lambda *args: spy)
+    with backend(fast):
+        FlexibleOT(method=method)(torch.rand(4, 3, 8), torch.rand(4, 3) > 0.3)
+    (stack,) = stacks
+    assert stack[:4] == ["spy", "_sinkhorn", "_flexible_ot", "forward"]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-__all__: list[str] = []
+__all__ = ["kernel_function", "kernel_scaling", "kernel_status"]
 
 _SOURCE = Path(__file__).with_name("_sinkhorn_kernel.cpp")
 _FLAGS = ["-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno"]
@@ -86,9 +86,10 @@ def _self_check(function: Kernel) -> bool:
         a = torch.full((3, 4), 1.0 / 4, dtype=dtype)
         b = torch.full((3, 7), 1.0 / 7, dtype=dtype)
         want = eager_scaling(scores, a, b, 0.1, 20, None, 10)
-        got = _run(function, scores / 0.1, a, b, 20, None, 10, (scores / 0.1).amax(dim=(1, 2)))
-        if not torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max())):
-            return False
+        for stop in (None, 1e-30):  # one call, and the chunks of the convergence checks
+            got = kernel_scaling(scores, a, b, 0.1, 20, stop, 10, function)
+            if not torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max())):
+                return False
     return True
 
 
@@ -122,16 +123,18 @@ def _buffer_elements(n: int, m: int) -> int:
     return (n * m + 2 * n + 4 * m) * _LANES
 
 
-def _run(function: Kernel, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None,
-         check_every: int, shift: torch.Tensor | None = None) -> torch.Tensor:
-    """The plan ``diag(u) K diag(v)`` after the scaling iterations, as ``_iterate_scaling`` computes it.
+def kernel_scaling(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float, n_iters: int,
+                   tol: float | None, check_every: int, function: Kernel | None = None) -> torch.Tensor:
+    """:func:`~evidential_prvr.functional._sinkhorn_loops.eager_scaling` by the kernel: the plan
+    ``diag(u) K diag(v)`` after the scaling iterations, 0 at masked entries. The kernel builds the Gibbs matrix
+    ``K = exp(C - max C)`` itself (with ``tol``, ``K`` is built here once: the convergence check reads it)."""
+    from evidential_prvr.functional._sinkhorn_loops import problem  # that module imports this one
 
-    With ``shift`` (``[B]``, or anything of ``B`` elements), ``gibbs`` holds log-Gibbs values ``C`` and the kernel
-    builds ``K = exp(C - shift)`` itself (with ``tol``, ``K`` is built here once: the convergence check reads it).
-    """
-    gibbs = gibbs.contiguous()
-    a = a.contiguous()
-    b = b.contiguous()
+    function = function or kernel_function()
+    if function is None:
+        raise RuntimeError(f"the Sinkhorn kernel is {_state}")
+    gibbs, shift, a, b, keep = problem(scores, a, b, epsilon)
+    gibbs, a, b = gibbs.contiguous(), a.contiguous(), b.contiguous()
     batch, n, m = gibbs.shape
     threads = max(1, min(torch.get_num_threads(), batch // (4 * _LANES) or 1, _max_threads or batch))
     if batch * n * m * max(n_iters, 1) < _THREAD_WORK:
@@ -141,31 +144,27 @@ def _run(function: Kernel, gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor
     plan = torch.empty_like(gibbs)
     work = torch.empty(_buffer_elements(n, m) * threads, dtype=gibbs.dtype)
     is_double = int(gibbs.dtype == torch.float64)
-    shift_ptr = None
-    if shift is not None:
-        shift = shift.detach().reshape(batch).contiguous()
-        shift_ptr = shift.data_ptr()
+    shift = shift.reshape(batch).contiguous()
     rest = [t.data_ptr() for t in (a, b, u, v, plan, work)]
 
     def call(source: torch.Tensor, shift_at: int | None, iters: int, resume: bool, write_plan: bool) -> None:
         status = function(is_double, source.data_ptr(), shift_at, *rest, batch, n, m, iters, int(resume),
                           int(write_plan), threads)
         if status != 0:
-            raise RuntimeError(f"fused Sinkhorn kernel failed ({status})")
+            raise RuntimeError(f"Sinkhorn kernel failed ({status})")
 
     if tol is None:
-        call(gibbs, shift_ptr, n_iters, False, True)
-        return plan
-    if shift is not None:  # the chunks below iterate on K, which the convergence check reads too
-        gibbs = torch.exp(gibbs - shift.view(batch, 1, 1))
-    done = 0
-    while done < n_iters:  # convergence checked every check_every iterations, as in the eager loop
-        step = min(check_every, n_iters - done)
-        call(gibbs, None, step, done > 0, False)
-        done += step
-        if done < n_iters and done % check_every == 0:
-            row_mass = u * (gibbs * v.unsqueeze(1)).sum(dim=2)
-            if float((row_mass - a).abs().sum(dim=1).max()) <= tol:
-                break
-    call(gibbs, None, 0, True, True)
-    return plan
+        call(gibbs, shift.data_ptr(), n_iters, False, True)
+    else:
+        gibbs = torch.exp(gibbs - shift.view(batch, 1, 1))  # the convergence check below reads K
+        done = 0
+        while done < n_iters:  # convergence checked every check_every iterations, as in the eager loop
+            step = min(check_every, n_iters - done)
+            call(gibbs, None, step, done > 0, False)
+            done += step
+            if done < n_iters and done % check_every == 0:
+                row_mass = u * (gibbs * v.unsqueeze(1)).sum(dim=2)
+                if float((row_mass - a).abs().sum(dim=1).max()) <= tol:
+                    break
+        call(gibbs, None, 0, True, True)
+    return torch.where(keep, plan, torch.zeros_like(plan))

@@ -26,8 +26,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from evidential_prvr.functional._sinkhorn_kernel import _run as run_kernel
-from evidential_prvr.functional._sinkhorn_kernel import kernel_function, kernel_status
+from evidential_prvr.functional._sinkhorn_kernel import kernel_function, kernel_scaling
 
 __all__ = ["SinkhornBackend", "fill_invalid", "set_sinkhorn_backend", "sinkhorn_backend", "sinkhorn_loop"]
 
@@ -96,7 +95,7 @@ def fill_invalid(
     return torch.where(valid, scores, low), low, high
 
 
-def _problem(
+def problem(
     scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float | torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``C = scores / epsilon`` with masked entries filled, its valid maximum, the marginals (problems with
@@ -121,7 +120,7 @@ def eager_scaling(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilo
     depend on that scale, and with it :math:`K\\tilde v \\in [e^{-R}, m]`, so :math:`u` and :math:`v`
     stay within :math:`e^{\\pm R}` times ratios of the marginals and never overflow or vanish.
     """
-    log_gibbs, high, a, b, keep = _problem(scores, a, b, epsilon)
+    log_gibbs, high, a, b, keep = problem(scores, a, b, epsilon)
     gibbs = torch.exp(log_gibbs - high)
     # u as a column [B, n, 1] and v as a row [B, 1, m]: both products are broadcast-multiply-sums.
     # The gradient through the normaliser max(v) sums to zero (the plan does not depend on it).
@@ -140,7 +139,7 @@ def eager_scaling(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilo
 def eager_log(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float, n_iters: int,
               tol: float | None, check_every: int) -> torch.Tensor:
     """Log-domain iterations: every log-sum-exp runs over the full ``[B, n, m]`` tensor."""
-    log_gibbs, _, a, b, keep = _problem(scores, a, b, epsilon)
+    log_gibbs, _, a, b, keep = problem(scores, a, b, epsilon)
     log_a, log_b = torch.log(a), torch.log(b)
     f = torch.zeros_like(log_a)
     g = torch.zeros_like(log_b)
@@ -223,7 +222,22 @@ class _CompiledLoop:
             self.compiled = torch.compile(self.compilable, dynamic=True, options=options)
         try:
             with torch.autocast(device.type, enabled=False):
-                return self._solve(scores, a, b, epsilon, n_iters)
+                log_gibbs, high, a, b, keep = problem(scores, a, b, epsilon)
+                chunks = [_CHUNK] * (n_iters // _CHUNK) + [1] * (n_iters % _CHUNK)
+                if self.method == "scaling":
+                    gibbs = torch.exp(log_gibbs - high).permute(1, 2, 0).contiguous()
+                    a_col, b_row = a.t().unsqueeze(1).contiguous(), b.t().unsqueeze(0).contiguous()
+                    v = torch.ones_like(b_row)
+                    for steps in chunks:
+                        u, v = self.compiled(gibbs, a_col, b_row, v, steps)
+                    plan = (u * gibbs * v).permute(2, 0, 1)
+                else:
+                    log_a, log_b = torch.log(a), torch.log(b)
+                    g = torch.zeros_like(log_b)
+                    for steps in chunks:
+                        f, g = self.compiled(log_gibbs, log_a, log_b, g, steps)
+                    plan = torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
+                return torch.where(keep, plan, torch.zeros_like(plan))
         except Exception as exc:  # no usable compiler (or a compiler bug): the eager loop serves from now on
             if _backend == "compiled":
                 raise
@@ -234,39 +248,8 @@ class _CompiledLoop:
                           stacklevel=4)
             return self.eager(scores, a, b, epsilon, n_iters, tol, check_every)
 
-    def _solve(self, scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float,
-               n_iters: int) -> torch.Tensor:
-        assert self.compiled is not None
-        chunks = [_CHUNK] * (n_iters // _CHUNK) + [1] * (n_iters % _CHUNK)
-        log_gibbs, high, a, b, keep = _problem(scores, a, b, epsilon)
-        if self.method == "scaling":
-            gibbs = torch.exp(log_gibbs - high).permute(1, 2, 0).contiguous()
-            a_col, b_row = a.t().unsqueeze(1).contiguous(), b.t().unsqueeze(0).contiguous()
-            v = torch.ones_like(b_row)
-            for steps in chunks:
-                u, v = self.compiled(gibbs, a_col, b_row, v, steps)
-            plan = (u * gibbs * v).permute(2, 0, 1)
-        else:
-            log_a, log_b = torch.log(a), torch.log(b)
-            g = torch.zeros_like(log_b)
-            for steps in chunks:
-                f, g = self.compiled(log_gibbs, log_a, log_b, g, steps)
-            plan = torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
-        return torch.where(keep, plan, torch.zeros_like(plan))
-
 
 _COMPILED = {method: _CompiledLoop(method) for method in _LOOPS}
-
-
-def kernel_scaling(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float, n_iters: int,
-                   tol: float | None, check_every: int) -> torch.Tensor:
-    """:func:`eager_scaling` by the hand-written kernel (:mod:`._sinkhorn_kernel`; it builds the Gibbs matrix)."""
-    function = kernel_function()
-    if function is None:
-        raise RuntimeError(f"the Sinkhorn kernel is {kernel_status()['state']}")
-    log_gibbs, high, a, b, keep = _problem(scores, a, b, epsilon)
-    plan = run_kernel(function, log_gibbs, a, b, n_iters, tol, check_every, high.reshape(-1))
-    return torch.where(keep, plan, torch.zeros_like(plan))
 
 
 def sinkhorn_loop(method: str, scores: torch.Tensor, tol: float | None, differentiating: bool) -> Loop:
