@@ -163,7 +163,7 @@ def dynamic_vs_static(batch: int, queries: int, clips: int, iters: int, repeats:
     fns, first = {}, {}
     for name, dynamic in (("dynamic", True), ("static", False)):
         torch._dynamo.reset()
-        options = _sinkhorn_loops._CPU_OPTIONS if device == "cpu" else None
+        options = _sinkhorn_loops.compile_options(torch.device(device))
         compiled = torch.compile(_sinkhorn_loops._scaling_steps, dynamic=dynamic, options=options)
 
         def run(compiled=compiled):

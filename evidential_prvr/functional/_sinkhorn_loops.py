@@ -43,6 +43,17 @@ _broken: str | None = None  # why compilation failed in this process ("auto" the
 _CPU_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"cpp.threads": 1}
 
 
+def compile_options(device: torch.device) -> dict[str, str | int | bool | Callable[..., Any]] | None:
+    """Inductor's options for the loop on ``device``. Where PyTorch runs its own CPU kernels without vector
+    instructions (``torch.backends.cpu.get_cpu_capability() == "DEFAULT"``), Inductor's vectorised C++ does
+    not compile, so the loop is generated without them too."""
+    if device.type != "cpu":
+        return None
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        return {**_CPU_OPTIONS, "cpp.simdlen": 1}
+    return _CPU_OPTIONS
+
+
 def set_sinkhorn_backend(backend: SinkhornBackend) -> None:
     """Choose where the Sinkhorn loop of :func:`~evidential_prvr.functional.sinkhorn`,
     :func:`~evidential_prvr.functional.flexible_ot` and the modules built on them runs, for this process.
@@ -218,8 +229,7 @@ class _CompiledLoop:
         global _broken
         device = scores.device
         if self.compiled is None:
-            options = _CPU_OPTIONS if device.type == "cpu" else None
-            self.compiled = torch.compile(self.compilable, dynamic=True, options=options)
+            self.compiled = torch.compile(self.compilable, dynamic=True, options=compile_options(device))
         try:
             with torch.autocast(device.type, enabled=False):
                 log_gibbs, high, a, b, keep = problem(scores, a, b, epsilon)
