@@ -227,7 +227,7 @@ def test_a_failing_kernel_build_falls_back(monkeypatch):
     monkeypatch.setattr(kernel, "_state", "not built")
     monkeypatch.setattr(kernel, "_build", broken)
     sim, qmask, cmask = _masked_batch(torch.float32, seed=6)
-    with backend("auto"):
+    with backend("auto"), pytest.warns(RuntimeWarning, match="Sinkhorn kernel is unavailable"):
         auto = flexible_ot(sim, qmask, cmask).plan
     assert str(kernel.kernel_status()["state"]).startswith("unavailable")
     with backend("eager"):

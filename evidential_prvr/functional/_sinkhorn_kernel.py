@@ -12,7 +12,7 @@ rebuilding when the source or the flags change. The build uses ``-march=native``
 carries a hash of the processor's instruction sets: a cache shared by machines of different processors holds
 one build per processor, and none is loaded on a processor that lacks its instructions. A freshly loaded
 kernel is checked against the eager loop on a small problem before it is used; if the build, the load or that
-check fails, :func:`kernel_function` returns ``None`` and the reason is in :func:`kernel_status`.
+check fails, :func:`kernel_function` warns once and returns ``None``; the reason is in :func:`kernel_status`.
 
 It serves only what it can serve exactly like the eager loop: CPU tensors of float32 or float64 that need no
 gradient. Problems are solved independently, so a problem's plan does not depend on the batch it is in or on
@@ -26,6 +26,7 @@ import hashlib
 import platform
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,6 +113,8 @@ def kernel_function() -> Kernel | None:
         except Exception as exc:  # any failure: the caller takes another path
             _state = f"unavailable: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[-1]}"
             _build_seconds = time.perf_counter() - start
+            warnings.warn(f"the Sinkhorn kernel is {_state}; the Sinkhorn loop takes another path "
+                          "(evidential_prvr.set_sinkhorn_backend chooses one)", RuntimeWarning, stacklevel=2)
             return None
         _function, _state = function, "ready"
         _build_seconds = time.perf_counter() - start

@@ -38,8 +38,7 @@ SINKHORN_BACKENDS: tuple[str, ...] = get_args(SinkhornBackend)
 _backend: SinkhornBackend = "auto"
 _broken: str | None = None  # why compilation failed in this process ("auto" then stays eager)
 
-# C++ wrapper and single-threaded kernels: the loop's tensors are small, and a parallel region per iteration
-# costs more than it saves (measured: benchmarks/flexible_ot.py, docs/guide/flexible_ot.rst).
+# single-threaded kernels: the loop's tensors are small, and a parallel region per kernel costs more than it saves
 _CPU_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"cpp.threads": 1}
 
 
