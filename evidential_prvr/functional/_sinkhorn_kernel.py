@@ -1,4 +1,4 @@
-"""The hand-written Sinkhorn scaling kernel, built by :mod:`torch.utils.cpp_extension` on first use (private).
+"""The hand-written Sinkhorn scaling kernel, built by ``torch.utils.cpp_extension`` on first use (private).
 
 The kernel (``_sinkhorn_kernel.cpp``, about 150 lines of C-style C++ needing only libm and pthreads) runs the
 scaling iterations of :func:`~evidential_prvr.functional._sinkhorn_loops.eager_scaling` 16 problems at a

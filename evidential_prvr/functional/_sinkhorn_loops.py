@@ -9,7 +9,7 @@ problem (128 videos, 5 queries + dustbin by 32 clips, 50 iterations) dispatching
   epsilon recompiles (a new ``n_iters`` needs no new graph either: the rest of ten runs one iteration per
   call; only a new dtype or device compiles again);
 * the hand-written scaling kernel (:mod:`evidential_prvr.functional._sinkhorn_kernel`, built by
-  :mod:`torch.utils.cpp_extension`), kept because it is measured faster than the compiled scaling loop on CPU.
+  ``torch.utils.cpp_extension``), kept because it is measured faster than the compiled scaling loop on CPU.
 
 The choice is one process-wide setting, :func:`set_sinkhorn_backend` (default ``"auto"``). A fast path
 serves only what it serves exactly like the eager loop: a plan that needs no gradient, plain float32/float64
@@ -61,7 +61,7 @@ def set_sinkhorn_backend(backend: SinkhornBackend) -> None:
     ----------
     backend : {"auto", "kernel", "compiled", "eager"}
         ``"auto"`` (default): on CPU the hand-written scaling kernel (built on first use by
-        :mod:`torch.utils.cpp_extension`) for the ``"scaling"`` scheme and the loop compiled by
+        ``torch.utils.cpp_extension``) for the ``"scaling"`` scheme and the loop compiled by
         :func:`torch.compile` for ``"log"``, the two measured fastest there; the eager loop on other devices
         (until the compiled loop is measured there) and wherever a build or a compilation failed (one warning
         says why, e.g. no C++ compiler). ``"kernel"``: the kernel for the scaling scheme on CPU (raises when it
