@@ -88,7 +88,18 @@ def set_sinkhorn_backend(backend: SinkhornBackend) -> None:
 
 
 def sinkhorn_backend() -> SinkhornBackend:
-    """The backend :func:`set_sinkhorn_backend` chose (``"auto"`` unless changed)."""
+    """The backend :func:`set_sinkhorn_backend` chose (``"auto"`` unless changed).
+
+    Examples
+    --------
+    >>> import evidential_prvr
+    >>> evidential_prvr.sinkhorn_backend()
+    'auto'
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.5 (the iterations).
+    """
     return _backend
 
 
