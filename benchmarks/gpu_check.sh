@@ -9,16 +9,20 @@
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl pot), else those two
 #    files are skipped and the script says so.
-# 2. Two epochs of `--config tvr` (the release's architecture and optimiser, 128 videos per batch) on the
+# 2. FlexibleOT on CUDA (benchmarks/flexible_ot.py --device cuda --quick --no-scaling --dynamic-vs-static): the
+#    module on the loop compiled by torch.compile (Triton), on the eager loop (today's CUDA default) and POT's
+#    ot.solve_batch in one run, and the compiled solve with dynamic sizes against one compiled for a single size.
+#    Where the compiled loop is faster, the "auto" Sinkhorn backend can take it on CUDA too (docs/guide/flexible_ot.rst).
+# 3. Two epochs of `--config tvr` (the release's architecture and optimiser, 128 videos per batch) on the
 #    release-sized synthetic set of benchmarks/release_fidelity.py (600 training videos x 4 captions,
 #    3072-d frames, 768-d tokens), once with --amp (float16 autocast + gradient scaling) and once without;
 #    prints the training time of each epoch and the peak GPU memory (torch.cuda.max_memory_allocated).
-# 3. Only where `nvidia-smi -L` lists more than one GPU: the same two epochs through the command line under
+# 4. Only where `nvidia-smi -L` lists more than one GPU: the same two epochs through the command line under
 #    torchrun (NCCL, one process per GPU, the global batch still 128 videos) and in one process, each with
 #    its training time per epoch and test SumR (docs/guide/distributed.rst, "torchrun").
 #
-# Expected wall time on one H200: about 1 minute of tests, 1-2 minutes to write the data, under 1 minute per run
-# (leg 3: two more runs of under 1 minute each).
+# Expected wall time on one H200: about 1 minute of tests, under 1 minute for FlexibleOT (most of it compiling),
+# 1-2 minutes to write the data, under 1 minute per run (leg 4: two more runs of under 1 minute each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -39,6 +43,13 @@ if ! "$PY" -c "import ot" 2>/dev/null; then
   fi
 fi
 "$PY" -m pytest -q -x -p no:cacheprovider "${ignore[@]}"
+
+echo "== FlexibleOT on CUDA: compiled loop (Triton) / eager loop / POT =="
+if "$PY" -c "import ot" 2>/dev/null; then
+  "$PY" benchmarks/flexible_ot.py --device cuda --quick --no-scaling --dynamic-vs-static
+else
+  echo "pot is not installed: skipping the FlexibleOT benchmark"
+fi
 
 echo "== release-sized data =="
 if [ ! -f "$WORK/data/tvr/FeatureData/synthetic/video2frames.txt" ]; then

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
+from evidential_prvr._checks import should_validate
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     module_from_settings,
@@ -16,12 +17,14 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
+from evidential_prvr.choices import FOTMarginals, FOTNormalization, MinmaxScope, SinkhornGrad, SinkhornMethod
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     POTProblem,
     TransportSettings,
+    _flexible_ot,
     flexible_ot_pot_problems,
-    run_flexible_ot,
+    prepare_fot_inputs,
 )
 from evidential_prvr.presets import module_settings
 
@@ -40,12 +43,12 @@ class FlexibleOTOverrides(TypedDict, total=False):
     epsilon: float
     n_iters: int
     dustbin_quantile: float | None
-    normalize: str | None
-    minmax_over: str
-    marginals: str
-    grad: str
+    normalize: FOTNormalization
+    minmax_over: MinmaxScope
+    marginals: FOTMarginals
+    grad: SinkhornGrad
     tol: float | None
-    method: str
+    method: SinkhornMethod
     validate_args: bool | None
 
 
@@ -104,12 +107,12 @@ class FlexibleOT(_SettingsModule):
         epsilon: float
         n_iters: int
         dustbin_quantile: float | None
-        normalize: str | None
-        minmax_over: str
-        marginals: str
-        grad: str
+        normalize: FOTNormalization
+        minmax_over: MinmaxScope
+        marginals: FOTMarginals
+        grad: SinkhornGrad
         tol: float | None
-        method: str
+        method: SinkhornMethod
         _settings: TransportSettings
 
     def __init__(
@@ -118,12 +121,12 @@ class FlexibleOT(_SettingsModule):
         epsilon: float = 0.1,
         n_iters: int = 50,
         dustbin_quantile: float | None = 0.3,
-        normalize: str | None = "minmax",
-        minmax_over: str = "block",
-        marginals: str = "release",
-        grad: str = "detach",
+        normalize: FOTNormalization = "minmax",
+        minmax_over: MinmaxScope = "block",
+        marginals: FOTMarginals = "release",
+        grad: SinkhornGrad = "detach",
         tol: float | None = None,
-        method: str = "auto",
+        method: SinkhornMethod = "auto",
         validate_args: bool | None = None,
     ) -> None:
         settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
@@ -173,7 +176,9 @@ class FlexibleOT(_SettingsModule):
     ) -> FlexibleOTResult:
         """Solve the flexible transport of every video of ``sim [B, Mq, Mc]`` with the masks
         ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]`` (see :func:`~evidential_prvr.functional.flexible_ot`)."""
-        return run_flexible_ot(sim, query_mask, clip_mask, self._settings, return_dustbin_value, self.validate_args)
+        validate = should_validate(self.validate_args)
+        qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, self._settings, validate)
+        return _flexible_ot(sim, qmask, cmask, valid, dense, self._settings, validate, return_dustbin_value)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

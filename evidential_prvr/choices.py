@@ -21,6 +21,8 @@ __all__ = [
     "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
     "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
     "NCE_VIDEO_TO_TEXT", "Confidence", "CONFIDENCES", "IdentificationRule", "IDENTIFICATION_RULES",
+    "FOTMarginals", "FOT_MARGINALS", "FOTNormalization", "FOT_NORMALIZATIONS", "MinmaxScope", "MINMAX_SCOPES",
+    "SinkhornMethod", "SINKHORN_METHODS", "SinkhornGrad", "SINKHORN_GRADS", "SinkhornBackend", "SINKHORN_BACKENDS",
 ]
 
 Preset = Literal["paper", "release"]
@@ -80,3 +82,28 @@ IdentificationRule = Literal["thresholds", "batch"]
 IDENTIFICATION_RULES: tuple[IdentificationRule, ...] = get_args(IdentificationRule)
 """``"thresholds"``: fixed (or fitted) :class:`~evidential_prvr.uncertainty.QueryTypeThresholds`; ``"batch"``:
 Holmes Eq. 10-14 per call."""
+
+FOTMarginals = Literal["release", "uniform"]
+FOT_MARGINALS: tuple[FOTMarginals, ...] = get_args(FOTMarginals)
+"""Row-marginal schemes of :func:`~evidential_prvr.functional.flexible_ot`."""
+
+FOTNormalization = Literal["minmax"] | None
+FOT_NORMALIZATIONS: tuple[FOTNormalization, ...] = ("minmax", None)
+"""Similarity normalisations of :func:`~evidential_prvr.functional.flexible_ot` (``None``: none)."""
+
+MinmaxScope = Literal["block", "valid"]
+MINMAX_SCOPES: tuple[MinmaxScope, ...] = get_args(MinmaxScope)
+"""Entries the min-max normalisation reads: the whole padded block (release) or the valid ones."""
+
+SinkhornMethod = Literal["auto", "log", "scaling"]
+SINKHORN_METHODS: tuple[SinkhornMethod, ...] = get_args(SinkhornMethod)
+"""Iteration schemes of :func:`~evidential_prvr.functional.sinkhorn`."""
+
+SinkhornGrad = Literal["detach", "autodiff"]
+SINKHORN_GRADS: tuple[SinkhornGrad, ...] = get_args(SinkhornGrad)
+"""Gradient modes of :func:`~evidential_prvr.functional.sinkhorn`: stop-gradient plan, or backpropagation
+through the iterations."""
+
+SinkhornBackend = Literal["auto", "kernel", "compiled", "eager"]
+SINKHORN_BACKENDS: tuple[SinkhornBackend, ...] = get_args(SinkhornBackend)
+"""Where the Sinkhorn loop runs (see :func:`~evidential_prvr.set_sinkhorn_backend`)."""

@@ -25,9 +25,26 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._numerics import minmax_epsilon
-from evidential_prvr.functional._sinkhorn import SINKHORN_GRADS, SINKHORN_METHODS, _sinkhorn
+from evidential_prvr.choices import (
+    FOT_MARGINALS,
+    FOT_NORMALIZATIONS,
+    MINMAX_SCOPES,
+    FOTMarginals,
+    FOTNormalization,
+    MinmaxScope,
+)
+from evidential_prvr.functional._sinkhorn import (
+    SINKHORN_GRADS,
+    SINKHORN_METHODS,
+    SinkhornGrad,
+    SinkhornMethod,
+    _sinkhorn,
+)
 
 __all__ = [
+    "FOTMarginals",
+    "FOTNormalization",
+    "MinmaxScope",
     "FOT_MARGINALS",
     "FOT_NORMALIZATIONS",
     "MINMAX_SCOPES",
@@ -37,15 +54,6 @@ __all__ = [
     "flexible_ot",
     "flexible_ot_pot_problems",
 ]
-
-FOT_MARGINALS = ("release", "uniform")
-"""Row-marginal schemes of :func:`flexible_ot`."""
-
-FOT_NORMALIZATIONS = ("minmax", None)
-"""Similarity normalisations of :func:`flexible_ot`."""
-
-MINMAX_SCOPES = ("block", "valid")
-"""Entries the min-max normalisation reads: the whole padded block (release) or the valid ones."""
 
 
 @dataclass
@@ -178,12 +186,12 @@ class TransportSettings:
     epsilon: float = 0.1
     n_iters: int = 50
     dustbin_quantile: float | None = 0.3
-    normalize: str | None = "minmax"
-    minmax_over: str = "block"
-    marginals: str = "release"
-    grad: str = "detach"
+    normalize: FOTNormalization = "minmax"
+    minmax_over: MinmaxScope = "block"
+    marginals: FOTMarginals = "release"
+    grad: SinkhornGrad = "detach"
     tol: float | None = None
-    method: str = "auto"
+    method: SinkhornMethod = "auto"
 
     def __post_init__(self) -> None:
         check_positive(self.epsilon, "epsilon")
@@ -212,12 +220,12 @@ def flexible_ot(
     epsilon: float = 0.1,
     n_iters: int = 50,
     dustbin_quantile: float | None = 0.3,
-    normalize: str | None = "minmax",
-    minmax_over: str = "block",
-    marginals: str = "release",
-    grad: str = "detach",
+    normalize: FOTNormalization = "minmax",
+    minmax_over: MinmaxScope = "block",
+    marginals: FOTMarginals = "release",
+    grad: SinkhornGrad = "detach",
     tol: float | None = None,
-    method: str = "auto",
+    method: SinkhornMethod = "auto",
     return_dustbin_value: bool = False,
     validate_args: bool | None = None,
 ) -> FlexibleOTResult:
@@ -314,18 +322,6 @@ def flexible_ot(
     settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
                                  normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad, tol=tol,
                                  method=method)
-    return run_flexible_ot(sim, query_mask, clip_mask, settings, return_dustbin_value, validate_args)
-
-
-def run_flexible_ot(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None,
-    clip_mask: torch.Tensor | None,
-    settings: TransportSettings,
-    return_dustbin_value: bool,
-    validate_args: bool | None,
-) -> FlexibleOTResult:
-    """:func:`flexible_ot` with its settings already checked (the path of :class:`~evidential_prvr.FlexibleOT`)."""
     validate = should_validate(validate_args)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, validate)
     return _flexible_ot(sim, qmask, cmask, valid, dense, settings, validate, return_dustbin_value)
@@ -432,7 +428,8 @@ def _flexible_ot(
     validate: bool,
     return_dustbin_value: bool,
 ) -> FlexibleOTResult:
-    """:func:`flexible_ot` on validated inputs and boolean masks."""
+    """:func:`flexible_ot` on validated inputs and boolean masks (the masks of :func:`prepare_fot_inputs`): the
+    problem, then the Sinkhorn loop through :func:`~evidential_prvr.functional._sinkhorn._sinkhorn`."""
     dtype = compute_dtype(sim)
     similarity = fot_similarity(sim.to(dtype), valid, settings, dense, sim.dtype)
     x = similarity if settings.grad == "autodiff" else similarity.detach()
@@ -451,8 +448,7 @@ def _flexible_ot(
             row = torch.where(torch.isfinite(row), row, torch.zeros_like(row))
         scores = torch.cat([x, row.view(batch, 1, 1).expand(batch, 1, mc)], dim=1)
     score_range = 1.0 if settings.normalize == "minmax" else None
-    full = _sinkhorn(scores, a, b, settings.epsilon, settings.n_iters, settings.tol, settings.method, settings.grad,
-                     validate=validate, score_range=score_range)
+    full = _sinkhorn(scores, a, b, settings, validate=validate, score_range=score_range)
     plan = full[:, :mq]
     dustbin = full[:, mq] if settings.dustbin_quantile is not None else torch.zeros_like(full[:, 0])
     row_mass = plan.sum(dim=2, keepdim=True)
@@ -472,9 +468,9 @@ def flexible_ot_pot_problems(
     epsilon: float = 0.1,
     n_iters: int = 50,
     dustbin_quantile: float | None = 0.3,
-    normalize: str | None = "minmax",
-    minmax_over: str = "block",
-    marginals: str = "release",
+    normalize: FOTNormalization = "minmax",
+    minmax_over: MinmaxScope = "block",
+    marginals: FOTMarginals = "release",
 ) -> list[POTProblem]:
     """Per video, the ``(a, b, M, reg)`` that ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")``
     solves to the same plan as :func:`flexible_ot` with the same settings (at convergence; with the

@@ -20,8 +20,12 @@ from evidential_prvr.choices import (
     INTRA_ASSIGNMENTS,
     REDUCTIONS,
     TANH_SCALINGS,
+    FOTMarginals,
+    FOTNormalization,
     IntraAssignment,
+    MinmaxScope,
     Reduction,
+    SinkhornMethod,
     TanhScaling,
 )
 from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse
@@ -34,9 +38,7 @@ from evidential_prvr.functional._flexible_ot import (
     prepare_fot_inputs,
 )
 
-__all__ = [ "IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss",
-           "intra_video_loss_details"]
-
+__all__ = ["IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss", "intra_video_loss_details"]
 
 
 INTRA_PARAMETERS = """\
@@ -144,11 +146,11 @@ def _intra_video_loss_entry(
     epsilon: float = 0.1,
     n_iters: int = 50,
     dustbin_quantile: float | None = 0.3,
-    normalize: str | None = "minmax",
-    minmax_over: str = "block",
-    marginals: str = "release",
+    normalize: FOTNormalization = "minmax",
+    minmax_over: MinmaxScope = "block",
+    marginals: FOTMarginals = "release",
     tol: float | None = None,
-    method: str = "auto",
+    method: SinkhornMethod = "auto",
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor | IntraVideoLossDetails:

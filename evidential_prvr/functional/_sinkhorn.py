@@ -25,6 +25,8 @@ min-max normalised similarities does) or when validation is off (then ``"auto"``
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -36,15 +38,18 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr.functional import _sinkhorn_fused
+from evidential_prvr.choices import SINKHORN_GRADS, SINKHORN_METHODS, SinkhornGrad, SinkhornMethod
+from evidential_prvr.functional._sinkhorn_loops import fill_invalid, sinkhorn_loop
 
-__all__ = ["SINKHORN_METHODS", "SINKHORN_GRADS", "scaling_range_bound", "select_sinkhorn_method", "sinkhorn"]
-
-SINKHORN_METHODS = ("auto", "log", "scaling")
-"""Iteration schemes of :func:`sinkhorn`."""
-
-SINKHORN_GRADS = ("detach", "autodiff")
-"""Gradient modes of :func:`sinkhorn`: stop-gradient plan, or backpropagation through the iterations."""
+__all__ = [
+    "SINKHORN_METHODS",
+    "SINKHORN_GRADS",
+    "SinkhornGrad",
+    "SinkhornMethod",
+    "scaling_range_bound",
+    "select_sinkhorn_method",
+    "sinkhorn",
+]
 
 _SCALING_SAFETY = 0.7
 
@@ -71,19 +76,6 @@ def scaling_range_bound(dtype: torch.dtype) -> float:
     Holmes (ICML 2026), App. B.5, Eq. 32-34; Peyré and Cuturi, "Computational Optimal Transport", 2019, §4.4.
     """
     return _SCALING_SAFETY * -math.log(torch.finfo(dtype).tiny)
-
-
-def _fill_invalid(
-    scores: torch.Tensor, valid: torch.Tensor, maybe_empty: bool = True
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Replace masked entries by the problem's valid minimum; also return the valid min and max."""
-    inf = torch.tensor(float("inf"), dtype=scores.dtype, device=scores.device)
-    low = torch.where(valid, scores, inf).amin(dim=(1, 2), keepdim=True)
-    high = torch.where(valid, scores, -inf).amax(dim=(1, 2), keepdim=True)
-    if maybe_empty:  # problems without any valid entry get a harmless range of 0
-        low = torch.where(torch.isfinite(low), low, torch.zeros_like(low))
-        high = torch.where(torch.isfinite(high), high, low)
-    return torch.where(valid, scores, low), low, high
 
 
 def select_sinkhorn_method(
@@ -124,7 +116,7 @@ def select_sinkhorn_method(
         valid = valid & (a > 0).unsqueeze(2)
     if b is not None:
         valid = valid & (b > 0).unsqueeze(1)
-    _, low, high = _fill_invalid(x, valid)
+    _, low, high = fill_invalid(x, valid)
     spread = float((high - low).max()) / epsilon if x.shape[0] else 0.0
     return "scaling" if spread <= _auto_bound(dtype, differentiating) else "log"
 
@@ -153,8 +145,8 @@ def sinkhorn(
     epsilon: float,
     n_iters: int = 50,
     tol: float | None = None,
-    method: str = "auto",
-    grad: str = "autodiff",
+    method: SinkhornMethod = "auto",
+    grad: SinkhornGrad = "autodiff",
     check_every: int = 10,
     *,
     validate_args: bool | None = None,
@@ -262,18 +254,40 @@ def sinkhorn(
         valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
         if not bool(torch.isfinite(torch.where(valid, scores.detach(), 0.0)).all()):
             raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")
-    return _sinkhorn(scores, a, b, epsilon, n_iters, tol, method, grad, check_every, validate=validate)
+    return _sinkhorn(scores, a, b, _SinkhornArgs(epsilon, n_iters, tol, method, grad), check_every, validate=validate)
+
+
+class LoopSettings(Protocol):
+    """The settings the Sinkhorn loop reads: :class:`~evidential_prvr.presets.TransportSettings` has them."""
+
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def n_iters(self) -> int: ...
+    @property
+    def tol(self) -> float | None: ...
+    @property
+    def method(self) -> SinkhornMethod: ...
+    @property
+    def grad(self) -> SinkhornGrad: ...
+
+
+@dataclass(frozen=True)
+class _SinkhornArgs:
+    """The loop settings of one :func:`sinkhorn` call (checked there)."""
+
+    epsilon: float
+    n_iters: int
+    tol: float | None
+    method: SinkhornMethod
+    grad: SinkhornGrad
 
 
 def _sinkhorn(
     scores: torch.Tensor,
     a: torch.Tensor,
     b: torch.Tensor,
-    epsilon: float,
-    n_iters: int,
-    tol: float | None,
-    method: str,
-    grad: str,
+    settings: LoopSettings,
     check_every: int = 10,
     *,
     validate: bool = True,
@@ -287,103 +301,32 @@ def _sinkhorn(
     true and takes ``"log"`` when it is false. ``validate`` also enables the safety check of a forced
     ``"scaling"``.
     """
-    batch, n, m = scores.shape
     dtype = compute_dtype(scores)
-    a = a.detach().to(dtype)
-    b = b.detach().to(dtype)
-    row_valid, col_valid = a > 0, b > 0
-    valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
-    solvable = row_valid.any(dim=1) & col_valid.any(dim=1)
-    valid_scores = torch.where(valid, scores.to(dtype), torch.zeros((), dtype=dtype, device=scores.device))
-
-    # problems with nothing to transport are solved as a dummy uniform problem and zeroed at the end
-    a = torch.where(solvable.unsqueeze(1), a, torch.full_like(a, 1.0 / n))
-    b = torch.where(solvable.unsqueeze(1), b, torch.full_like(b, 1.0 / m))
-    valid = valid | ~solvable.view(batch, 1, 1)
-
-    differentiating = grad == "autodiff" and torch.is_grad_enabled() and scores.requires_grad
+    differentiating = settings.grad == "autodiff" and torch.is_grad_enabled() and scores.requires_grad
     bound = _auto_bound(dtype, differentiating)
-    with torch.set_grad_enabled(differentiating):
-        x = valid_scores if grad == "autodiff" else valid_scores.detach()
-        log_gibbs, low, high = _fill_invalid(x / epsilon, valid, maybe_empty=False)
+    method = settings.method
+    if method == "auto" and score_range is not None:
+        method = "scaling" if score_range / settings.epsilon <= bound else "log"
+    elif method != "log" and validate:  # the one host sync before the loop
+        spread = _valid_spread(scores.detach().to(dtype), a, b) / settings.epsilon
         if method == "auto":
-            if score_range is not None:
-                method = "scaling" if score_range / epsilon <= bound else "log"
-            elif validate:
-                spread = float((high - low).detach().max())  # the one host sync before the loop
-                method = "scaling" if spread <= bound else "log"
-            else:
-                method = "log"
-        elif method == "scaling" and validate and float((high - low).detach().max()) > bound:
+            method = "scaling" if spread <= bound else "log"
+        elif spread > bound:
             raise ValueError(
                 "method='scaling' is unsafe here: the range of scores/epsilon over valid entries exceeds "
                 f"{bound:.1f} for {dtype}; use method='log' or 'auto'"
             )
-        plan = _iterate(log_gibbs, high.detach(), a, b, n_iters, tol, method, check_every)
-        return torch.where(valid & solvable.view(batch, 1, 1), plan, torch.zeros_like(plan))
+    elif method == "auto":
+        method = "log"
+    solve = sinkhorn_loop(method, scores, settings.tol, differentiating)
+    with torch.set_grad_enabled(differentiating):
+        x = scores.to(dtype) if settings.grad == "autodiff" else scores.detach().to(dtype)
+        return solve(x, a.detach().to(dtype), b.detach().to(dtype), settings.epsilon, settings.n_iters, settings.tol,
+                     check_every)
 
 
-def _iterate(
-    log_gibbs: torch.Tensor,
-    shift: torch.Tensor,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    n_iters: int,
-    tol: float | None,
-    method: str,
-    check_every: int,
-) -> torch.Tensor:
-    """Run the Sinkhorn loop on ``C = log_gibbs`` (row updates first) and return the plan."""
-    if method == "scaling":
-        function = _sinkhorn_fused.fused_scaling_function(log_gibbs, shift, a, b)
-        if function is not None:  # CPU, no gradient: the fused kernel (it builds the Gibbs matrix itself)
-            return _sinkhorn_fused.fused_iterate_scaling(function, log_gibbs, a, b, n_iters, tol, check_every, shift)
-        return _iterate_scaling(torch.exp(log_gibbs - shift), a, b, n_iters, tol, check_every)
-    return _iterate_log(log_gibbs, a, b, n_iters, tol, check_every)
-
-
-def _converged(row_mass: torch.Tensor, a: torch.Tensor, tol: float) -> bool:
-    """Largest L1 violation of the row marginals over the batch is within ``tol`` (one host sync)."""
-    return float((row_mass - a).abs().sum(dim=1).max()) <= tol
-
-
-def _iterate_log(
-    log_gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
-) -> torch.Tensor:
-    """Log-domain iterations: every log-sum-exp runs over the full ``[B, n, m]`` tensor."""
-    log_a, log_b = torch.log(a), torch.log(b)
-    f = torch.zeros_like(log_a)
-    g = torch.zeros_like(log_b)
-    for it in range(1, n_iters + 1):
-        f = log_a - torch.logsumexp(log_gibbs + g.unsqueeze(1), dim=2)
-        g = log_b - torch.logsumexp(log_gibbs + f.unsqueeze(2), dim=1)
-        if tol is not None and it % check_every == 0 and it < n_iters:
-            row_mass = torch.exp(f + torch.logsumexp(log_gibbs + g.unsqueeze(1), dim=2))
-            if _converged(row_mass, a, tol):
-                break
-    return torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
-
-
-def _iterate_scaling(
-    gibbs: torch.Tensor, a: torch.Tensor, b: torch.Tensor, n_iters: int, tol: float | None, check_every: int
-) -> torch.Tensor:
-    """Scaling iterations :math:`u = a / K\\tilde v`, :math:`v = b / K^\\top u` with batched products.
-
-    ``gibbs`` holds :math:`e^{C - \\max C} \\in [e^{-R}, 1]`. The column scaling is divided by its
-    maximum before each row update; the plan :math:`\\mathrm{diag}(u) K \\mathrm{diag}(v)` does not
-    depend on that scale, and with it :math:`K\\tilde v \\in [e^{-R}, m]`, so :math:`u` and :math:`v`
-    stay within :math:`e^{\\pm R}` times ratios of the marginals and never overflow or vanish.
-    """
-    # u as a column [B, n, 1] and v as a row [B, 1, m]: both products are broadcast-multiply-sums.
-    # The gradient through the normaliser max(v) sums to zero (the plan does not depend on it).
-    a_col, b_row = a.unsqueeze(2), b.unsqueeze(1)
-    v = torch.ones_like(b_row)
-    u = a_col
-    for it in range(1, n_iters + 1):
-        u = a_col / (gibbs * (v / v.amax(dim=2, keepdim=True))).sum(dim=2, keepdim=True)
-        v = b_row / (gibbs * u).sum(dim=1, keepdim=True)
-        if tol is not None and it % check_every == 0 and it < n_iters:
-            row_mass = u * (gibbs * v).sum(dim=2, keepdim=True)
-            if _converged(row_mass.squeeze(2), a, tol):
-                break
-    return u * gibbs * v
+def _valid_spread(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest range of ``scores`` over the valid entries of a problem (0 for one with nothing to transport)."""
+    valid = (a > 0).unsqueeze(2) & (b > 0).unsqueeze(1)
+    _, low, high = fill_invalid(scores, valid)
+    return float((high - low).max())
