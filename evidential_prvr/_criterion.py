@@ -26,6 +26,7 @@ from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._overrides import reject_unknown
+from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
@@ -58,6 +59,7 @@ class HolmesCriterionOverrides(TypedDict, total=False):
     hard_negative_epoch: int
     validate_args: bool | None
     distributed: bool
+    threshold_decay: float | None
 
 
 @dataclass
@@ -232,6 +234,14 @@ class HolmesCriterion(nn.Module):
         video indices, its queries' embeddings and its own videos' clip embeddings; the loss is the
         single-process loss of the global batch on every rank. The parts of this package must be built
         with the same ``distributed`` (``from_preset(..., distributed=True)`` does it).
+    threshold_decay : float, optional
+        ``None`` (default; the ``paper`` and ``release`` presets): L_inter identifies the queries with the
+        in-batch thresholds of Eq. 11. A decay :math:`d \\in [0, 1)`: the thresholds are smoothed across
+        batches (:func:`~evidential_prvr.functional.ema_thresholds`, an extension beyond the paper); the
+        state is the submodule ``threshold_ema`` (buffers in ``state_dict``, so a resumed run continues
+        exactly), updated by every call in ``train()`` mode, from the first stage on (so that it is warm when
+        the calibration starts). With ``distributed=True`` the update uses the global batch's thresholds: every
+        rank holds the same state. Needs ``inter`` to be an :class:`EvidentialRetrievalLoss`.
 
     Examples
     --------
@@ -264,6 +274,7 @@ class HolmesCriterion(nn.Module):
         hard_negative_epoch: int = 20,
         total_epochs: int | None = None,
         distributed: bool = False,
+        threshold_decay: float | None = None,
     ) -> None:
         super().__init__()
         for name, module, optional in (("base", base, False), ("inter", inter, True), ("intra", intra, True)):
@@ -296,6 +307,10 @@ class HolmesCriterion(nn.Module):
         self.hard_negative_epoch = hard_negative_epoch
         self.total_epochs = total_epochs
         self.distributed = bool(distributed)
+        if threshold_decay is not None and not isinstance(inter, EvidentialRetrievalLoss):
+            raise ValueError(f"threshold_decay={threshold_decay} smooths the thresholds of L_inter's identification, so "
+                             f"inter must be an EvidentialRetrievalLoss, got {type(inter).__name__}")
+        self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
         self.epoch = 0
         self._reported: tuple[int, bool] | None = None
         if total_epochs is not None:
@@ -340,12 +355,13 @@ class HolmesCriterion(nn.Module):
         overrides
             ``base``, ``inter``, ``intra`` (modules, or ``None`` to drop a term), ``inter_weight``,
             ``intra_weight``, ``warmup_stage_epochs``, ``hard_negative_epoch``, ``validate_args``
-            and ``distributed`` (applied to the criterion and its three default losses). Anything else
+            and ``distributed`` (applied to the criterion and its three default losses), and
+            ``threshold_decay`` (thresholds smoothed across batches; off in both presets). Anything else
             raises ``TypeError``.
         """
         owner = f"{cls.__name__}.from_preset({preset!r})"
         reject_unknown(overrides, ("base", "inter", "intra", "inter_weight", "intra_weight", *SCHEDULE_SWITCHES,
-                                   "validate_args", "distributed"), cls.__name__)
+                                   "validate_args", "distributed", "threshold_decay"), cls.__name__)
         sections = module_settings(preset, dataset)
         weights, preset_schedule = sections.require("weights", owner), sections.require("schedule", owner)
         switches = {name: getattr(preset_schedule, name) for name in SCHEDULE_SWITCHES}
@@ -383,7 +399,8 @@ class HolmesCriterion(nn.Module):
                    intra_weight=overrides.get("intra_weight", weights.intra),
                    warmup_stage_epochs=overrides.get("warmup_stage_epochs", switches["warmup_stage_epochs"]),
                    hard_negative_epoch=overrides.get("hard_negative_epoch", switches["hard_negative_epoch"]),
-                   total_epochs=total_epochs, distributed=distributed)
+                   total_epochs=total_epochs, distributed=distributed,
+                   threshold_decay=overrides.get("threshold_decay"))
 
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based); a change is logged at INFO."""
@@ -610,8 +627,15 @@ class HolmesCriterion(nn.Module):
         inter_details = intra_details = None
         if self.inter is not None:
             # details (and with them the identification) only when asked for or used by the calibration
-            out = self.inter(frame_sim, clip_sim, positives, return_details,
-                             calibrate=getattr(self.inter, "calibrate", True) and stage == 2)
+            calibrate = getattr(self.inter, "calibrate", True) and stage == 2
+            ema = self.threshold_ema
+            if ema is None:
+                out = self.inter(frame_sim, clip_sim, positives, return_details, calibrate=calibrate)
+            else:  # every batch's identification runs, to keep the smoothed thresholds current
+                out = self.inter(frame_sim, clip_sim, positives, True, calibrate=calibrate,
+                                 running_thresholds=ema.running())
+                assert out.identification is not None
+                ema.record(out.identification)
             inter_details, inter = (out, out.loss) if isinstance(out, InterVideoLossDetails) else (None, out)
         if self.intra is not None and stage == 2:
             if clip_emb is None:

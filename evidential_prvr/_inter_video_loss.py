@@ -16,6 +16,7 @@ from evidential_prvr._overrides import (
     settings_from_preset,
     settings_properties,
 )
+from evidential_prvr.functional._identification import BranchPair
 from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, run_inter_video_loss
 from evidential_prvr.presets import module_settings
 
@@ -175,15 +176,18 @@ class EvidentialRetrievalLoss(_SettingsLoss):
 
     @overload
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: Literal[False] = ..., *, calibrate: bool | None = ...) -> torch.Tensor: ...
+                return_details: Literal[False] = ..., *, calibrate: bool | None = ...,
+                running_thresholds: BranchPair | None = ...) -> torch.Tensor: ...
 
     @overload
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: Literal[True], *, calibrate: bool | None = ...) -> InterVideoLossDetails: ...
+                return_details: Literal[True], *, calibrate: bool | None = ...,
+                running_thresholds: BranchPair | None = ...) -> InterVideoLossDetails: ...
 
     @overload
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor,
-                return_details: bool = ..., *, calibrate: bool | None = ...) -> torch.Tensor | InterVideoLossDetails: ...
+                return_details: bool = ..., *, calibrate: bool | None = ...,
+                running_thresholds: BranchPair | None = ...) -> torch.Tensor | InterVideoLossDetails: ...
 
     def forward(
         self,
@@ -193,16 +197,20 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         return_details: bool = False,
         *,
         calibrate: bool | None = None,
+        running_thresholds: BranchPair | None = None,
     ) -> torch.Tensor | InterVideoLossDetails:
         """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives ``query_video``
         (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``); details on request. ``calibrate``, when
         given, replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion`
-        runs the warm-up stage)."""
+        runs the warm-up stage). ``running_thresholds``: the frame and clip branches' thresholds smoothed
+        across batches (:func:`~evidential_prvr.functional.ema_thresholds`; how the criterion's
+        ``threshold_decay`` reaches the identification), ``None``: the in-batch rule of Eq. 11."""
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
             return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
-                                        return_details, self.validate_args, calibrate=calibrate)
+                                        return_details, self.validate_args, calibrate=calibrate,
+                                        running=running_thresholds)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

@@ -15,6 +15,7 @@ from evidential_prvr.functional._dirichlet_loss import REDUCTIONS, _dirichlet_ms
 from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
     SCORE_PAIR,
+    BranchPair,
     Identification,
     IdentificationSettings,
     QueryType,
@@ -391,15 +392,17 @@ def run_inter_video_loss(
     validate_args: bool | None,
     *,
     calibrate: bool | None = None,
+    running: BranchPair | None = None,
 ) -> torch.Tensor | InterVideoLossDetails:
     """:func:`inter_video_loss` with its settings already checked (the path of
     :class:`~evidential_prvr.EvidentialRetrievalLoss`); ``calibrate`` (when given) replaces
-    ``settings.calibrate`` for this call (the criterion's stage)."""
+    ``settings.calibrate`` for this call (the criterion's stage); ``running``: thresholds smoothed across
+    batches (:func:`~evidential_prvr.functional.ema_thresholds`)."""
     check_choice(reduction, "reduction", REDUCTIONS)
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     calibrate = settings.calibrate if calibrate is None else calibrate
     return _inter_video_loss(frame_sim, clip_sim, mask, settings, settings.gamma, calibrate, settings.calibration_set,
-                             settings.terms, reduction, return_details)
+                             settings.terms, reduction, return_details, running)
 
 
 def _inter_video_loss(
@@ -413,6 +416,7 @@ def _inter_video_loss(
     terms: tuple[str, ...],
     reduction: str,
     return_details: bool,
+    running: BranchPair | None = None,
 ) -> torch.Tensor | InterVideoLossDetails:
     """:func:`inter_video_loss` on validated inputs."""
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
@@ -425,7 +429,7 @@ def _inter_video_loss(
 
     identification = None
     if calibrate or return_details:
-        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings)
+        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings, running)
     if calibrate and gamma > 0.0:
         assert identification is not None
         types = identification.query_type if calibration_set == "refined" else identification.initial_query_type
