@@ -48,7 +48,7 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,
