@@ -112,3 +112,29 @@ def test_the_comparison_offers_holmes_ema_and_keeps_earlier_folders_valid():
     comparison = HolmesComparison()
     assert comparison.spec.methods == ("holmes", "holmes-ema") and comparison.spec.base == "baseline"
     assert "threshold_decay" not in comparison.settings()["config"]["ablation"]
+
+
+def test_the_comparison_sets_holmes_ema_against_holmes_itself(monkeypatch, tmp_path, capsys):
+    import json
+
+    import reference_models.holmes.comparison as module
+    from reference_models import compare as cli
+    from tests.reference.data_helpers import MICRO_SPEC
+
+    monkeypatch.setattr(module, "runner", lambda epochs=None, scale=1.0: HolmesComparison(
+        preset("embedded").replace(schedule={"epochs": 2, "warmup_stage_epochs": 1}), MICRO_SPEC))
+    torch.set_num_threads(1)
+    out = tmp_path / "cmp"
+    assert cli.main(["run", "--task", "holmes", "--seeds", "0", "--data-seeds", "0", "--out", str(out),
+                     "--methods", "holmes,holmes-ema", "--no-progress", "--no-report"]) == 0
+    diagnostics = json.loads((out / "runs/data0/seed0/holmes-ema/diagnostics.json").read_text())
+    assert set(diagnostics["stability"]) == {"epoch01", "epoch02"}
+    assert not (out / "runs/data0/seed0/baseline/diagnostics.json").exists()
+    assert cli.main(["report", "--out", str(out), "--methods", "holmes-ema", "--base", "holmes",
+                     "--n-boot", "200"]) == 0
+    results = json.loads((out / "results-holmes-ema-vs-holmes.json").read_text())
+    assert (results["method"], results["base"]) == ("holmes-ema", "holmes")
+    assert set(results["diagnostics"]) == {"holmes-ema", "holmes"}
+    capsys.readouterr()
+    assert cli.main(["report", "--out", str(out), "--methods", "holmes", "--base", "holmes", "--n-boot", "200"]) == 2
+    assert "--base holmes: choose another of the comparison's methods (holmes-ema) or baseline" in capsys.readouterr().err
