@@ -138,3 +138,9 @@ def test_the_comparison_sets_holmes_ema_against_holmes_itself(monkeypatch, tmp_p
     capsys.readouterr()
     assert cli.main(["report", "--out", str(out), "--methods", "holmes", "--base", "holmes", "--n-boot", "200"]) == 2
     assert "--base holmes: choose another of the comparison's methods (holmes-ema) or baseline" in capsys.readouterr().err
+    from reference_models.holmes import stability_report
+
+    figure = tmp_path / "stability.png"
+    assert stability_report.main([str(out), "--figure", str(figure)]) == 0
+    printed = capsys.readouterr().out
+    assert "holmes-ema     1  epoch02" in printed and figure.read_bytes()[:4] == b"\x89PNG"
