@@ -73,7 +73,7 @@ class HolmesComparison:
         splits = {name: load_split(data, COLLECTION, feature, name, max_query_len=config.model.max_query_len)
                   for name in ("train", "val", "test")}
         trainer = Trainer(config, splits["train"], splits["val"], out, device=device, seed=seed,
-                          show_progress=show_progress)
+                          show_progress=show_progress, stability=True)
         trainer.fit(resume=resume)
         stability = trainer.objective.stability
         if stability is not None:

@@ -135,9 +135,13 @@ class HolmesObjective(nn.Module):
     distributed : bool
         The criterion sees the global batch of a multi-process run (:doc:`/guide/distributed`); see
         :class:`DistributedHolmesObjective`, which also gives the ranks the same random negatives.
+    stability : bool
+        Record the per-epoch stability of the training queries' identification in ``self.stability``
+        (:class:`~reference_models.holmes.stability.ThresholdStability`; one process, a method with L_inter).
     """
 
-    def __init__(self, config: HolmesConfig, hidden_size: int, distributed: bool = False) -> None:
+    def __init__(self, config: HolmesConfig, hidden_size: int, distributed: bool = False,
+                 stability: bool = False) -> None:
         super().__init__()
         self.config = config
         self.method = config.ablation.method
@@ -147,9 +151,9 @@ class HolmesObjective(nn.Module):
         self.distributed = bool(distributed)
         self.criterion = build_criterion(config, self.distributed)
         self.dab: DABObjective | None = DABObjective(hidden_size, config.dab) if self.method == "dab" else None
-        # the identification's stability per epoch (one process: a rank's captions are a slice of the global batch)
+        # one process only: a rank's captions are a slice of the global batch
         self.stability: ThresholdStability | None = (
-            ThresholdStability() if self.criterion.inter is not None and not self.distributed else None)
+            ThresholdStability() if stability and self.criterion.inter is not None and not self.distributed else None)
 
     def negatives_generator(self, device: torch.device) -> torch.Generator | None:
         """The random source of the triplet negatives on ``device``: ``None`` (torch's global generator)."""

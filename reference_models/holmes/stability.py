@@ -10,9 +10,10 @@ Holmes Eq. 11 or their smoothed form, ``ablation.threshold_decay``).
   epoch's batches of the thresholds β_u and β_p that partitioned them, and their means ``beta_u_mean``,
   ``beta_p_mean``.
 
-Its state (the last type of every query and the epochs' figures) is the module's extra state, so it is
-saved in ``last.pt`` with the objective and a resumed run continues the record. The comparison runner writes
-:meth:`ThresholdStability.summary` into the run's ``diagnostics.json``.
+It is recorded when asked for (``Trainer(..., stability=True)``; the comparison runner does, and writes
+:meth:`ThresholdStability.summary` into each Holmes run's ``diagnostics.json``). Its state (the last type of
+every query and the epochs' figures) is the module's extra state, so it is saved in ``last.pt`` with the
+objective and a resumed run continues the record.
 """
 
 from __future__ import annotations

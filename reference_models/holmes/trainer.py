@@ -43,7 +43,8 @@ class Trainer(EngineTrainer):
         Where checkpoints, the log and TensorBoard scalars go.
     **options
         ``device``, ``seed``, ``amp``, ``show_progress``, ``num_workers``, ``verbose``: as for
-        :class:`reference_models.engine.Trainer`.
+        :class:`reference_models.engine.Trainer`; ``stability=True`` records the identification's stability per
+        epoch (``objective.stability``, :class:`~reference_models.holmes.stability.ThresholdStability`).
 
     Attributes
     ----------
@@ -56,7 +57,8 @@ class Trainer(EngineTrainer):
 
     def __init__(self, config: HolmesConfig, train_split: PRVRSplit, val_split: PRVRSplit, output_dir: str | Path,
                  **options: Any) -> None:
-        super().__init__(HolmesTask(config, train_split, val_split), output_dir, **options)
+        stability = bool(options.pop("stability", False))
+        super().__init__(HolmesTask(config, train_split, val_split, stability=stability), output_dir, **options)
         self.config, self.train_split, self.val_split = config, train_split, val_split
 
     @property

@@ -62,7 +62,8 @@ def test_eval_mode_and_mismatched_ids():
 
 def test_the_record_is_saved_with_the_objective_and_old_checkpoints_still_load():
     config = preset("embedded")
-    objective = HolmesObjective(config, config.model.hidden_size)
+    assert HolmesObjective(config, config.model.hidden_size).stability is None  # asked for only
+    objective = HolmesObjective(config, config.model.hidden_size, stability=True)
     assert objective.stability is not None
     objective.set_epoch(0)
     objective.stability.observe(["a", "b", "c"], _identification([0, 1, 2]))
@@ -72,14 +73,14 @@ def test_the_record_is_saved_with_the_objective_and_old_checkpoints_still_load()
     torch.save(objective.state_dict(), buffer)
     buffer.seek(0)
     state = torch.load(buffer, weights_only=True)
-    restored = HolmesObjective(config, config.model.hidden_size)
+    restored = HolmesObjective(config, config.model.hidden_size, stability=True)
     restored.load_state_dict(state)
     assert restored.stability is not None
     assert restored.stability.summary()["epoch02"]["type_changed"] == pytest.approx(1 / 3)
     older = {k: v for k, v in state.items() if not k.startswith("stability.")}
-    HolmesObjective(config, config.model.hidden_size).load_state_dict(older)  # a checkpoint from before the record
+    HolmesObjective(config, config.model.hidden_size, stability=True).load_state_dict(older)  # from before the record
     baseline = preset("embedded").with_ablation("baseline")
-    assert HolmesObjective(baseline, baseline.model.hidden_size).stability is None
+    assert HolmesObjective(baseline, baseline.model.hidden_size, stability=True).stability is None
 
 
 def test_the_config_option_reaches_the_criterion():
