@@ -473,8 +473,9 @@ def _branch_rule(
     beta_u = torch.where(any_matched, u_tp.clamp_max(1.0 - beta), torch.full_like(u_tp, 1.0 - beta))
     beta_p = torch.where(any_matched, c_tp.clamp_min(beta), torch.full_like(c_tp, beta))
     if running is not None:
-        smoothed = _ema_thresholds(torch.stack([beta_u, beta_p]), running.values.to(u.dtype), any_matched,
-                                   running.seen, running.decay)
+        # the state may live on another device than the scores (a criterion never moved with .to())
+        smoothed = _ema_thresholds(torch.stack([beta_u, beta_p]), running.values.to(u.device, u.dtype), any_matched,
+                                   running.seen.to(u.device), running.decay)
         beta_u, beta_p = smoothed[0], smoothed[1]
     under = u > beta_u
     candidate = ~under & (c >= beta_p)
