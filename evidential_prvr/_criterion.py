@@ -27,6 +27,7 @@ from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._overrides import reject_unknown, resolve_overrides
 from evidential_prvr.choices import DatasetName, Preset
+from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
@@ -57,6 +58,7 @@ class HolmesCriterionOverrides(TypedDict, total=False):
     hard_negative_epoch: int
     validate_args: bool | None
     distributed: bool
+    threshold_decay: float | None
 
 
 @dataclass
@@ -231,6 +233,14 @@ class HolmesCriterion(nn.Module):
         video indices, its queries' embeddings and its own videos' clip embeddings; the loss is the
         single-process loss of the global batch on every rank. The parts of this package must be built
         with the same ``distributed`` (``from_preset(..., distributed=True)`` does it).
+    threshold_decay : float, optional
+        ``None`` (default; the ``paper`` and ``release`` presets): L_inter identifies the queries with the
+        in-batch thresholds of Eq. 11. A decay :math:`d \\in [0, 1)`: the thresholds are smoothed across
+        batches (:func:`~evidential_prvr.functional.ema_thresholds`, an extension beyond the paper); the
+        state is the submodule ``threshold_ema`` (buffers in ``state_dict``, so a resumed run continues
+        exactly), updated by every call in ``train()`` mode, from the first stage on (so that it is warm when
+        the calibration starts). With ``distributed=True`` the update uses the global batch's thresholds: every
+        rank holds the same state. Needs ``inter`` to be an :class:`EvidentialRetrievalLoss`.
 
     Examples
     --------
@@ -263,6 +273,7 @@ class HolmesCriterion(nn.Module):
         hard_negative_epoch: int = 20,
         total_epochs: int | None = None,
         distributed: bool = False,
+        threshold_decay: float | None = None,
     ) -> None:
         super().__init__()
         for name, module, optional in (("base", base, False), ("inter", inter, True), ("intra", intra, True)):
@@ -295,6 +306,10 @@ class HolmesCriterion(nn.Module):
         self.hard_negative_epoch = hard_negative_epoch
         self.total_epochs = total_epochs
         self.distributed = bool(distributed)
+        if threshold_decay is not None and not isinstance(inter, EvidentialRetrievalLoss):
+            raise ValueError(f"threshold_decay={threshold_decay} smooths the thresholds of L_inter's identification, so "
+                             f"inter must be an EvidentialRetrievalLoss, got {type(inter).__name__}")
+        self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
         self.epoch = 0
         self._reported: tuple[int, bool] | None = None
         if total_epochs is not None:
@@ -339,7 +354,8 @@ class HolmesCriterion(nn.Module):
         overrides
             ``base``, ``inter``, ``intra`` (modules, or ``None`` to drop a term), ``inter_weight``,
             ``intra_weight``, ``warmup_stage_epochs``, ``hard_negative_epoch``, ``validate_args``
-            and ``distributed`` (applied to the criterion and its three default losses). Anything else
+            and ``distributed`` (applied to the criterion and its three default losses), and
+            ``threshold_decay`` (thresholds smoothed across batches; off in both presets). Anything else
             raises ``TypeError``.
         """
         owner = f"{cls.__name__}.from_preset({preset!r})"
@@ -359,7 +375,7 @@ class HolmesCriterion(nn.Module):
                         for name, epoch in switches.items()}
         values, parts = resolve_overrides(
             {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches, "validate_args": None,
-             "distributed": False}, overrides, cls.__name__, ("base", "inter", "intra"))
+             "distributed": False, "threshold_decay": None}, overrides, cls.__name__, ("base", "inter", "intra"))
         validate, distributed = values.pop("validate_args"), bool(values.pop("distributed"))
         if "base" not in parts:
             parts["base"] = BaseRetrievalLoss.from_settings(
@@ -553,9 +569,17 @@ class HolmesCriterion(nn.Module):
         inter_details = intra_details = None
         if self.inter is not None:
             # details (and with them the identification) only when asked for or used by the calibration
-            inter_part = self.inter.details if details else self.inter
-            out = inter_part(frame_sim, clip_sim, positives,
-                             calibrate=getattr(self.inter, "calibrate", True) and stage == 2)
+            calibrate = getattr(self.inter, "calibrate", True) and stage == 2
+            ema = self.threshold_ema
+            if ema is None:
+                out = (self.inter.details if details else self.inter)(frame_sim, clip_sim, positives,
+                                                                      calibrate=calibrate)
+            else:  # every batch's identification runs, to keep the smoothed thresholds current
+                assert isinstance(self.inter, EvidentialRetrievalLoss)
+                out = self.inter.details(frame_sim, clip_sim, positives, calibrate=calibrate,
+                                         running_thresholds=ema.running())
+                assert out.identification is not None
+                ema.record(out.identification)
             inter_details, inter = (out, out.loss) if isinstance(out, InterVideoLossDetails) else (None, out)
         if self.intra is not None and stage == 2:
             if clip_emb is None:

@@ -17,6 +17,7 @@ from evidential_prvr._overrides import (
     settings_properties,
     settings_repr,
 )
+from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
 from evidential_prvr.functional._identification import (
     IDENTIFICATION_PARAMETERS,
@@ -44,6 +45,7 @@ class IdentifierOverrides(TypedDict, total=False):
     fusion: Fusion
     validate_args: bool | None
     distributed: bool
+    threshold_decay: float | None
 
 
 @settings_properties(IdentificationSettings)
@@ -65,6 +67,13 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores
         ``[Q_r, V_global]`` and global video indices and receives the identification of the global batch
         (the Eq. 11-12 medians over every rank's queries; every rank gets the same ``[Q_global]`` result).
+    threshold_decay : float, optional
+        ``None`` (default, the paper and the release): the thresholds :math:`\\beta_u, \\beta_p` of Eq. 11
+        come from each batch alone. A decay :math:`d \\in [0, 1)`: they are smoothed across batches by an
+        exponential moving average (:func:`~evidential_prvr.functional.ema_thresholds`, an extension beyond
+        the paper), whose state is the submodule ``threshold_ema`` (buffers in ``state_dict``); each call in
+        ``train()`` mode updates it, ``eval()`` reads it. With ``distributed=True`` the in-batch thresholds
+        are those of the global batch, so every rank updates the same state the same way.
 
     Examples
     --------
@@ -100,22 +109,29 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         fusion: Fusion = "uncertainty_dominant",
         validate_args: bool | None = None,
         distributed: bool = False,
+        threshold_decay: float | None = None,
     ) -> None:
         settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling,
                                           entropy_median=entropy_median, matched=matched, fusion=fusion)
         super().__init__(settings, validate_args)
         self.distributed = bool(distributed)
+        self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
+
+    @property
+    def threshold_decay(self) -> float | None:
+        """The decay of the smoothed thresholds, ``None`` for the in-batch rule of Eq. 11."""
+        return None if self.threshold_ema is None else self.threshold_ema.decay
 
     @classmethod
     def from_settings(cls, settings: IdentificationSettings, *, validate_args: bool | None = None,
-                      distributed: bool = False) -> UncertaintyGuidedIdentifier:
+                      distributed: bool = False, threshold_decay: float | None = None) -> UncertaintyGuidedIdentifier:
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
         check_settings(settings, IdentificationSettings)
         own = IdentificationSettings(
             **{f.name: getattr(settings, f.name) for f in dataclasses.fields(IdentificationSettings)})
         return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
-                                    distributed=distributed)
+                                    distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod
     def from_preset(
@@ -125,7 +141,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""
         inter = module_settings(preset, dataset).inter
         identification = cls.from_settings(inter).settings()
-        return settings_from_preset(cls, identification, overrides, ("validate_args", "distributed"))
+        return settings_from_preset(cls, identification, overrides, ("validate_args", "distributed", "threshold_decay"))
 
     def settings(self) -> IdentificationSettings:
         """The identification settings (frozen), the keyword arguments of
@@ -133,7 +149,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         return self._settings
 
     def extra_repr(self) -> str:
-        return settings_repr(self._settings)
+        return settings_repr(self._settings)  # the smoothing, when on, shows as the threshold_ema submodule
 
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor) -> Identification:
         """Identify the query types of a batch: ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
@@ -141,7 +157,12 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
-            return run_identify(frame_sim, clip_sim, query_video, self._settings, self.validate_args)
+            ema = self.threshold_ema
+            result = run_identify(frame_sim, clip_sim, query_video, self._settings, self.validate_args,
+                                  None if ema is None else ema.running())
+            if ema is not None:
+                ema.record(result)
+            return result
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

@@ -28,7 +28,7 @@ from evidential_prvr.choices import (
     Reduction,
     TanhScaling,
 )
-from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS
+from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS, BranchPair
 from evidential_prvr.functional._inter_video import (
     CALIBRATION_PARAMETERS,
     InterVideoLossDetails,
@@ -171,17 +171,21 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         query_video: torch.Tensor,
         *,
         calibrate: bool | None = None,
+        running_thresholds: BranchPair | None = None,
     ) -> torch.Tensor | InterVideoLossDetails:
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
             return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
-                                        details, self.validate_args, calibrate=calibrate)
+                                        details, self.validate_args, calibrate=calibrate,
+                                        running=running_thresholds)
 
     forward = loss_method(_loss, """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
         ``query_video`` (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``). ``calibrate``, when given,
         replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion` runs
-        the warm-up stage).""")
+        the warm-up stage). running_thresholds: the frame and clip branches' thresholds smoothed across
+        batches (:func:`~evidential_prvr.functional.ema_thresholds`; how the criterion's threshold_decay
+        reaches the identification), None: the in-batch rule of Eq. 11.""")
     details = details_method(_loss, InterVideoLossDetails, """The arguments of :meth:`forward`; returns what
         L_inter computed (:class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is what :meth:`forward`
         returns; the identification runs even without calibration). Called directly, it does not run the

@@ -8,7 +8,8 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   ``--benchmark tvr-regime`` (Holmes), ``covr-regime`` (HUD) or ``msrvtt-regime`` (DAB): the named benchmark in
   the paper's regime instead of the embedded one.
 * ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
-  and draws ``DIR/comparison.png``.
+  and draws ``DIR/comparison.png``.  ``--base M`` sets the methods against another of the comparison's methods instead of its base (e.g. Holmes
+  with smoothed thresholds against Holmes itself).
 
 This module sits above the tasks: it is the one place that knows all three and the library's statistics
 (:func:`evidential_prvr.metrics.compare_runs`); the engine (:mod:`reference_models.engine.compare`) keeps the
@@ -18,6 +19,7 @@ task-agnostic half, the tasks their :class:`~reference_models.engine.ComparisonS
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import time
 from collections.abc import Sequence
@@ -48,7 +50,7 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,
@@ -114,6 +116,9 @@ def build_parser() -> engine.OneLineParser:
     rep.add_argument("--methods", type=_name_list,
                      help="which methods to report against the base (default: the comparison's method); with "
                           "several, also the ablation table (ablations.json)")
+    rep.add_argument("--base", help="one of the comparison's methods as the base instead of its own base (e.g. "
+                                    "holmes with --methods holmes-ema: a method against Holmes itself); files "
+                                    "results-<method>-vs-<base>.json")
     _report_arguments(rep)
     return parser
 
@@ -141,12 +146,19 @@ def plan_spec(plan: dict[str, Any]) -> grid.ComparisonSpec:
 
 
 def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot: int = 2000,
-                  bootstrap_seed: int = 0, method: str | None = None) -> dict[str, Any]:
+                  bootstrap_seed: int = 0, method: str | None = None, base: str | None = None) -> dict[str, Any]:
     """The content of ``results.json`` (schema: :doc:`/guide/comparisons`) from the finished runs; ``method``:
-    one of the comparison's methods (default: the one its plan names)."""
+    one of the comparison's methods (default: the one its plan names); ``base``: another of its methods in
+    place of its base."""
     spec = plan_spec(plan)
+    offered = spec.methods
     if method is not None:
         spec = spec.against(method)
+    if base is not None and base != spec.base:
+        if base not in offered or base == spec.method:
+            raise engine.UserError(f"--base {base}: choose another of the comparison's methods "
+                                   f"({', '.join(m for m in offered if m != spec.method)}) or {spec.base}")
+        spec = dataclasses.replace(spec, base=base, ablations=tuple(a for a in offered if a not in (base, spec.method)))
     sets: dict[str, Any] = {}
     for set_name in spec.sets:
         collected = grid.collect_ranks(records, spec, set_name)
@@ -185,7 +197,7 @@ def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot
 
 
 def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0,
-           methods: Sequence[str] | None = None) -> dict[str, Any]:
+           methods: Sequence[str] | None = None, base: str | None = None) -> dict[str, Any]:
     """Write ``out/results.json`` and ``out/comparison.png`` from every finished run of ``out``; print the table.
 
     With ``methods`` (ablations), each method's files are ``results-<method>.json`` and ``comparison-<method>.png``
@@ -198,8 +210,11 @@ def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0,
     default = plan_spec(plan).method
     every: dict[str, dict[str, Any]] = {}
     for method in (methods or [default]):
-        results = build_results(records, plan, n_boot=n_boot, bootstrap_seed=bootstrap_seed, method=method)
+        results = build_results(records, plan, n_boot=n_boot, bootstrap_seed=bootstrap_seed, method=method,
+                                base=base)
         suffix = "" if method == default else f"-{method}"
+        if base is not None and base != plan_spec(plan).base:
+            suffix = f"-{method}-vs-{base}"
         engine.write_json(out / f"results{suffix}.json", results, flag="--out")
         grid.draw_report(results, out / f"comparison{suffix}.png")
         print(grid.format_report(results))
@@ -207,9 +222,10 @@ def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0,
         every[method] = results
     if len(every) > 1:
         table = ablation_table(every)
-        engine.write_json(out / "ablations.json", table, flag="--out")
+        engine.write_json(out / ("ablations.json" if base is None else f"ablations-vs-{base}.json"), table,
+                          flag="--out")
         print(format_ablation_table(table))
-        print(f"ablation table written to {out / 'ablations.json'}")
+        print(f"ablation table written to {out / ('ablations.json' if base is None else f'ablations-vs-{base}.json')}")
     return results
 
 
@@ -256,7 +272,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed, methods=args.methods)
+    report(args.out, n_boot=args.n_boot, bootstrap_seed=args.bootstrap_seed, methods=args.methods, base=args.base)
     return 0
 
 

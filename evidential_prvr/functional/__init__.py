@@ -16,7 +16,7 @@ from evidential_prvr.functional._dempster_shafer import dempster_shafer_fusion, 
 from evidential_prvr.functional._dirichlet_loss import dirichlet_mse_loss
 
 # Identification, calibration and L_inter (Holmes Eq. 10-18)
-from evidential_prvr.functional._identification import fuse_query_types, identify
+from evidential_prvr.functional._identification import ema_thresholds, fuse_query_types, identify
 from evidential_prvr.functional._inter_video import calibrated_target, inter_video_loss, inter_video_loss_details
 
 # Entropic optimal transport, flexible OT and L_intra (Holmes Eq. 19-20, App. B.5)
@@ -68,6 +68,7 @@ __all__ = [
     # inter-video
     "identify",
     "fuse_query_types",
+    "ema_thresholds",
     "calibrated_target",
     "inter_video_loss",
     "inter_video_loss_details",

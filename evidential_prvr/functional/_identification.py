@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 import torch
 
@@ -43,8 +44,10 @@ __all__ = [
     "BranchIdentification",
     "Identification",
     "IdentificationSettings",
+    "RunningThresholds",
     "identify",
     "fuse_query_types",
+    "ema_thresholds",
 ]
 
 
@@ -216,6 +219,117 @@ def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: 
     return frame_type.clone() if fusion == "frame" else clip_type.clone()
 
 
+class RunningThresholds(NamedTuple):
+    """The smoothed thresholds one branch carries from batch to batch (see :func:`ema_thresholds`).
+
+    Attributes
+    ----------
+    values : torch.Tensor
+        ``[2]``: the running :math:`(\\beta_u, \\beta_p)`.
+    seen : torch.Tensor
+        0-D ``bool``: whether a batch with a correctly matched query has been observed.
+    decay : float
+        The decay :math:`d \\in [0, 1)`.
+    """
+
+    values: torch.Tensor
+    seen: torch.Tensor
+    decay: float
+
+
+BranchPair = tuple[RunningThresholds, RunningThresholds]
+"""The running thresholds of the frame and the clip branch, in that order."""
+
+
+def check_decay(decay: object, name: str = "threshold_decay") -> float:
+    """``decay`` as a float in ``[0, 1)``; ``TypeError`` / ``ValueError`` naming ``name`` otherwise."""
+    check_in_range(decay, name, 0.0, 1.0, high_inclusive=False)  # type: ignore[arg-type]
+    return float(decay)  # type: ignore[arg-type]
+
+
+def ema_thresholds(
+    batch: torch.Tensor, running: torch.Tensor, observed: torch.Tensor, seen: torch.Tensor, decay: float
+) -> torch.Tensor:
+    """Exponential moving average of the identification thresholds across batches (an extension of
+    Holmes Eq. 11 beyond the paper).
+
+    Holmes sets :math:`\\beta_u, \\beta_p` (Eq. 11) from the correctly matched queries of the current
+    batch alone; this carries them from batch to batch. With :math:`\\beta^{(t)}` the in-batch thresholds
+    of batch :math:`t` (Eq. 11, the clamps to :math:`1-\\beta` and :math:`\\beta` included) and
+    :math:`\\bar\\beta^{(t-1)}` the running value,
+
+    .. math::
+
+        \\bar\\beta^{(t)} =
+        \\begin{cases}
+        d\\,\\bar\\beta^{(t-1)} + (1-d)\\,\\beta^{(t)} & S^{tp}_t \\ne \\emptyset
+            \\text{ and an earlier batch had } S^{tp} \\ne \\emptyset, \\\\
+        \\beta^{(t)} & S^{tp}_t \\ne \\emptyset \\text{ for the first time}, \\\\
+        \\bar\\beta^{(t-1)} & S^{tp}_t = \\emptyset \\text{ after a first observation}, \\\\
+        \\beta^{(t)} = (1-\\beta,\\ \\beta) & \\text{no batch so far had } S^{tp} \\ne \\emptyset.
+        \\end{cases}
+
+    Before the first correctly matched query the in-batch rule's own fallback holds; the first observation
+    starts the average (no bias towards an arbitrary initial value); a batch without a correctly matched
+    query carries no evidence and leaves the average unchanged. :math:`d = 0` is the in-batch rule on every
+    batch with a correctly matched query. The running value stays inside Eq. 11's bounds
+    (:math:`\\bar\\beta_u \\le 1-\\beta`, :math:`\\bar\\beta_p \\ge \\beta`): it is a convex
+    combination of in-batch values that are. The thresholds partition the queries by Eq. 10 and 12 as
+    before (:func:`identify`).
+
+    Parameters
+    ----------
+    batch : torch.Tensor
+        The in-batch thresholds (any shape, e.g. ``[2]`` for :math:`(\\beta_u, \\beta_p)`).
+    running : torch.Tensor
+        The running values, the shape of ``batch`` (ignored while ``seen`` is false).
+    observed : torch.Tensor
+        ``bool``, broadcastable: whether this batch has a correctly matched query.
+    seen : torch.Tensor
+        ``bool``, broadcastable: whether an earlier batch had one.
+    decay : float
+        :math:`d \\in [0, 1)`.
+
+    Returns
+    -------
+    torch.Tensor
+        The thresholds for this batch, which are also the new running values (differentiable in ``batch``
+        and ``running``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import ema_thresholds
+    >>> yes, no = torch.tensor(True), torch.tensor(False)
+    >>> ema_thresholds(torch.tensor([0.5, 0.4]), torch.tensor([0.7, 0.3]), yes, yes, 0.9)
+    tensor([0.6800, 0.3100])
+    >>> ema_thresholds(torch.tensor([0.5, 0.4]), torch.tensor([0.7, 0.3]), yes, no, 0.9)  # first observation
+    tensor([0.5000, 0.4000])
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 10-14 (the thresholds of Eq. 11); the smoothing is not in the paper.
+    """
+    decay = check_decay(decay, "decay")
+    check_tensor(batch, "batch", floating=True)
+    check_tensor(running, "running", floating=True)
+    check_tensor(observed, "observed")
+    check_tensor(seen, "seen")
+    if running.shape != batch.shape:
+        raise ValueError(f"running must have the shape of batch {tuple(batch.shape)}, got {tuple(running.shape)}")
+    if observed.dtype != torch.bool or seen.dtype != torch.bool:
+        raise TypeError(f"observed and seen must be bool tensors, got {observed.dtype} and {seen.dtype}")
+    return _ema_thresholds(batch, running, observed, seen, decay)
+
+
+def _ema_thresholds(
+    batch: torch.Tensor, running: torch.Tensor, observed: torch.Tensor, seen: torch.Tensor, decay: float
+) -> torch.Tensor:
+    """:func:`ema_thresholds` without checks."""
+    averaged = decay * running + (1.0 - decay) * batch
+    return torch.where(seen, torch.where(observed, averaged, running), batch)
+
+
 SCORE_PAIR = """\
 frame_sim, clip_sim : torch.Tensor
     Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
@@ -325,9 +439,10 @@ def identify(
 
 def run_identify(
     frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor, settings: IdentificationSettings,
-    validate_args: bool | None,
+    validate_args: bool | None, running: BranchPair | None = None,
 ) -> Identification:
-    """:func:`identify` with its settings already checked (the path of the identifier module)."""
+    """:func:`identify` with its settings already checked (the path of the identifier module); ``running``:
+    the frame and clip branches' :class:`RunningThresholds` (:func:`ema_thresholds`), ``None``: in-batch."""
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     with torch.no_grad():
@@ -335,7 +450,7 @@ def run_identify(
         c = clip_sim.detach().to(dtype)
         alpha_f = _evidence(f, settings.tau, settings.tanh_scaling) + 1.0
         alpha_c = _evidence(c, settings.tau, settings.tanh_scaling) + 1.0
-        return _identify(alpha_f, alpha_c, f, c, mask, settings)
+        return _identify(alpha_f, alpha_c, f, c, mask, settings, running)
 
 
 def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
@@ -350,15 +465,22 @@ def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
 
 
 def _branch_rule(
-    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: EntropyMedian
+    u: torch.Tensor, c: torch.Tensor, xi: torch.Tensor, matched: torch.Tensor, beta: float, entropy_median: EntropyMedian,
+    running: RunningThresholds | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Holmes Eq. 11-12 on one branch's ``u``, ``c``, ``xi`` and correctly-matched set: the query types, the
-    initial types (before the ξ split), the thresholds β_u, β_p and the ξ median."""
+    initial types (before the ξ split), the thresholds β_u, β_p and the ξ median (``running``: the
+    thresholds smoothed across batches, :func:`ema_thresholds`)."""
     any_matched = matched.any()
     u_tp = u.masked_fill(~matched, float("-inf")).amax()
     c_tp = c.masked_fill(~matched, float("inf")).amin()
     beta_u = torch.where(any_matched, u_tp.clamp_max(1.0 - beta), torch.full_like(u_tp, 1.0 - beta))
     beta_p = torch.where(any_matched, c_tp.clamp_min(beta), torch.full_like(c_tp, beta))
+    if running is not None:
+        # the state may live on another device than the scores (a criterion never moved with .to())
+        smoothed = _ema_thresholds(torch.stack([beta_u, beta_p]), running.values.to(u.device, u.dtype), any_matched,
+                                   running.seen.to(u.device), running.decay)
+        beta_u, beta_p = smoothed[0], smoothed[1]
     under = u > beta_u
     candidate = ~under & (c >= beta_p)
     if entropy_median == "candidates":
@@ -376,7 +498,8 @@ def _branch_rule(
 
 
 def _identify_branch(
-    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, settings: IdentificationSettings
+    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, settings: IdentificationSettings,
+    running: RunningThresholds | None = None,
 ) -> BranchIdentification:
     """Holmes Eq. 10-12 for one branch on validated, detached tensors of one dtype."""
     beta = settings.beta
@@ -384,7 +507,8 @@ def _identify_branch(
     c = _label_consistency(sim, label)
     xi = _expected_entropy(alpha)
     matched = correctly_matched(sim, mask, settings.matched)
-    query_type, initial, beta_u, beta_p, median = _branch_rule(u, c, xi, matched, beta, settings.entropy_median)
+    query_type, initial, beta_u, beta_p, median = _branch_rule(u, c, xi, matched, beta, settings.entropy_median,
+                                                               running)
     return BranchIdentification(query_type, initial, u, c, xi, matched, beta_u, beta_p, median)
 
 
@@ -395,12 +519,15 @@ def _identify(
     clip_sim: torch.Tensor,
     mask: torch.Tensor,
     settings: IdentificationSettings,
+    running: BranchPair | None = None,
 ) -> Identification:
-    """Identification from already computed Dirichlet parameters (no validation; inputs detached here)."""
+    """Identification from already computed Dirichlet parameters (no validation; inputs detached here);
+    ``running``: the frame and clip branches' smoothed thresholds (:func:`ema_thresholds`)."""
+    frame_running, clip_running = (None, None) if running is None else running
     with torch.no_grad():
         label = normalized_target(mask, frame_alpha.dtype)
-        frame = _identify_branch(frame_alpha.detach(), frame_sim.detach(), mask, label, settings)
-        clip = _identify_branch(clip_alpha.detach(), clip_sim.detach(), mask, label, settings)
+        frame = _identify_branch(frame_alpha.detach(), frame_sim.detach(), mask, label, settings, frame_running)
+        clip = _identify_branch(clip_alpha.detach(), clip_sim.detach(), mask, label, settings, clip_running)
         fused = fuse_query_types(frame.query_type, clip.query_type, settings.fusion)
         initial = fuse_query_types(frame.initial_query_type, clip.initial_query_type, settings.fusion)
     return Identification(fused, initial, frame, clip)

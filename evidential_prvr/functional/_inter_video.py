@@ -28,6 +28,7 @@ from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
     IDENTIFICATION_PARAMETERS,
     SCORE_PAIR,
+    BranchPair,
     Identification,
     IdentificationSettings,
     QueryType,
@@ -327,15 +328,17 @@ def run_inter_video_loss(
     validate_args: bool | None,
     *,
     calibrate: bool | None = None,
+    running: BranchPair | None = None,
 ) -> torch.Tensor | InterVideoLossDetails:
     """:func:`inter_video_loss` with its settings already checked (the path of
     :class:`~evidential_prvr.EvidentialRetrievalLoss`); ``calibrate`` (when given) replaces
-    ``settings.calibrate`` for this call (the criterion's stage)."""
+    ``settings.calibrate`` for this call (the criterion's stage); ``running``: thresholds smoothed across
+    batches (:func:`~evidential_prvr.functional.ema_thresholds`)."""
     check_choice(reduction, "reduction", REDUCTIONS)
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     calibrate = settings.calibrate if calibrate is None else calibrate
     return _inter_video_loss(frame_sim, clip_sim, mask, settings, settings.gamma, calibrate, settings.calibration_set,
-                             settings.terms, reduction, details)
+                             settings.terms, reduction, details, running)
 
 
 def _inter_video_loss(
@@ -349,6 +352,7 @@ def _inter_video_loss(
     terms: tuple[InterTerm, ...],
     reduction: Reduction,
     details: bool,
+    running: BranchPair | None = None,
 ) -> torch.Tensor | InterVideoLossDetails:
     """:func:`inter_video_loss` on validated inputs."""
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
@@ -361,7 +365,7 @@ def _inter_video_loss(
 
     identification = None
     if calibrate or details:
-        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings)
+        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings, running)
     if calibrate and gamma > 0.0:
         assert identification is not None
         types = identification.query_type if calibration_set == "refined" else identification.initial_query_type

@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--videos-per-batch", type=engine.int_at_least(2, _BATCH_WHY),
                        help="override the preset's videos per batch (>= 2)")
     train.add_argument("--lr", type=engine.positive_number, help="override the preset's learning rate")
+    train.add_argument("--threshold-decay", type=float, metavar="D",
+                       help="smooth the identification thresholds (Eq. 11) across batches with this EMA decay in "
+                            "[0, 1) (default: the in-batch thresholds, as the paper)")
     engine.add_output_arguments(train, Path("runs/holmes"))
     train.add_argument("--amp", action="store_true", help="mixed precision (torch.autocast)")
     engine.add_host_memory_argument(train)
@@ -172,6 +175,8 @@ def _config_from_args(args: argparse.Namespace) -> HolmesConfig:
         if args.ablation != "full":
             cfg = cfg.with_ablation(args.ablation)
         cfg = cfg.replace(optim=optim, schedule=schedule) if optim or schedule else cfg
+        if args.threshold_decay is not None:
+            cfg = cfg.replace(ablation={"threshold_decay": args.threshold_decay})
     except (TypeError, ValueError) as exc:
         raise engine.UserError(f"{source} with the given overrides: {exc}") from None
     if cfg.optim.videos_per_batch < 2:

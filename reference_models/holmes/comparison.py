@@ -5,6 +5,11 @@ test split) written with the data seed (``demo``'s generator and spec); each run
 ``embedded`` preset through the Holmes trainer (what ``demo`` and ``train`` run), selects ``best.pt`` on the
 validation SumR and ranks the test captions with :meth:`~reference_models.holmes.task.HolmesTask.query_ranks`;
 the planted types are the query types.
+
+Ablations (``--methods holmes,holmes-ema``): ``holmes-ema`` is Holmes with the identification thresholds
+smoothed across batches (the ``ema_thresholds`` ablation of the config, beyond the paper), set against the
+same MIL runs. Every Holmes run writes ``diagnostics.json``: per epoch, the stability of its training queries'
+identification (:class:`~reference_models.holmes.stability.ThresholdStability`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from reference_models.engine import QueryRanks
+from reference_models.engine import ComparisonSpec, QueryRanks, write_json
+from reference_models.engine import compare as grid
 from reference_models.holmes.config import HolmesConfig, preset
 from reference_models.holmes.data import (
     EmbeddedBenchmarkSpec,
@@ -27,7 +33,8 @@ from reference_models.holmes.task import HolmesTask
 __all__ = ["COLLECTION", "HolmesComparison", "runner"]
 
 COLLECTION = "embedded"
-_ABLATION = {"holmes": "full", "baseline": "baseline"}
+#: Each variant's ablation of the config (:data:`~reference_models.holmes.config.ABLATIONS`).
+_ABLATION = {"holmes": "full", "baseline": "baseline", "holmes-ema": "ema_thresholds"}
 
 
 class HolmesComparison:
@@ -42,14 +49,17 @@ class HolmesComparison:
     """
 
     task = "holmes"
-    spec = HolmesTask.comparison
+    spec: ComparisonSpec = dataclasses.replace(HolmesTask.comparison, ablations=("holmes-ema",))
 
     def __init__(self, config: HolmesConfig | None = None, spec: EmbeddedBenchmarkSpec | None = None) -> None:
         self.config = config if config is not None else preset("embedded")
         self.benchmark = spec if spec is not None else EmbeddedBenchmarkSpec()
 
     def settings(self) -> dict[str, Any]:
-        return {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}
+        config = self.config.to_dict()
+        if config["ablation"]["threshold_decay"] is None:  # the field came later: earlier folders stay valid
+            del config["ablation"]["threshold_decay"]
+        return {"config": config, "benchmark": dataclasses.asdict(self.benchmark)}
 
     def prepare_data(self, folder: Path, data_seed: int) -> None:
         generate_embedded_benchmark(folder, COLLECTION, seed=data_seed, spec=self.benchmark)
@@ -62,9 +72,12 @@ class HolmesComparison:
         feature = self.benchmark.visual_feature
         splits = {name: load_split(data, COLLECTION, feature, name, max_query_len=config.model.max_query_len)
                   for name in ("train", "val", "test")}
-        trainer = Trainer(HolmesTask(config, splits["train"], splits["val"]), out, device=device, seed=seed,
-                          show_progress=show_progress)
+        trainer = Trainer(HolmesTask(config, splits["train"], splits["val"], stability=True), out, device=device,
+                          seed=seed, show_progress=show_progress)
         trainer.fit(resume=resume)
+        stability = trainer.objective.stability
+        if stability is not None:
+            write_json(out / grid.DIAGNOSTICS_NAME, {"stability": stability.summary()})
         model = trainer.load_best()
         ranks = trainer.task.query_ranks(model, splits["test"], device)
         planted = read_planted_types(data, COLLECTION)

@@ -14,7 +14,8 @@ criterion's parts:
   (:class:`~reference_models.holmes.dab_variant.DABObjective`), no Holmes terms;
 * ``inter_branches`` / ``aggregation``: the ``terms`` of L_inter (Table 3 rows 1-3);
 * ``fusion`` / ``calibration``: the partition fusion and calibration of L_inter (rows 5-9);
-* ``intra`` / ``assignment``: L_intra on or off, and its soft label (rows 10-12).
+* ``intra`` / ``assignment``: L_intra on or off, and its soft label (rows 10-12);
+* ``threshold_decay``: the identification thresholds smoothed across batches (beyond the paper).
 
 When the model encodes the queries a second time (``ModelOutput.query_aux``, the release's behaviour), that
 encoding feeds L_div and L_intra; the first one gives the scores of the triplet, InfoNCE and L_inter terms.
@@ -44,6 +45,7 @@ from evidential_prvr import (
 from evidential_prvr.presets import BaseRetrievalSettings
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.dab_variant import DABObjective
+from reference_models.holmes.stability import ThresholdStability
 
 __all__ = ["ObjectiveTerms", "HolmesObjective", "DistributedHolmesObjective", "build_criterion"]
 
@@ -115,7 +117,8 @@ def build_criterion(config: HolmesConfig, distributed: bool = False) -> HolmesCr
                 FlexibleOT.from_settings(config.transport), distributed=distributed)
     return HolmesCriterion(base, inter, intra, inter_weight=weights.inter, intra_weight=weights.intra,
                            warmup_stage_epochs=config.schedule.warmup_stage_epochs,
-                           hard_negative_epoch=config.schedule.hard_negative_epoch, distributed=distributed)
+                           hard_negative_epoch=config.schedule.hard_negative_epoch, distributed=distributed,
+                           threshold_decay=ablation.threshold_decay if inter is not None else None)
 
 
 class HolmesObjective(nn.Module):
@@ -132,9 +135,13 @@ class HolmesObjective(nn.Module):
     distributed : bool
         The criterion sees the global batch of a multi-process run (:doc:`/guide/distributed`); see
         :class:`DistributedHolmesObjective`, which also gives the ranks the same random negatives.
+    stability : bool
+        Record the per-epoch stability of the training queries' identification in ``self.stability``
+        (:class:`~reference_models.holmes.stability.ThresholdStability`; one process, a method with L_inter).
     """
 
-    def __init__(self, config: HolmesConfig, hidden_size: int, distributed: bool = False) -> None:
+    def __init__(self, config: HolmesConfig, hidden_size: int, distributed: bool = False,
+                 stability: bool = False) -> None:
         super().__init__()
         self.config = config
         self.method = config.ablation.method
@@ -144,6 +151,9 @@ class HolmesObjective(nn.Module):
         self.distributed = bool(distributed)
         self.criterion = build_criterion(config, self.distributed)
         self.dab: DABObjective | None = DABObjective(hidden_size, config.dab) if self.method == "dab" else None
+        # one process only: a rank's captions are a slice of the global batch
+        self.stability: ThresholdStability | None = (
+            ThresholdStability() if stability and self.criterion.inter is not None and not self.distributed else None)
 
     def negatives_generator(self, device: torch.device) -> torch.Generator | None:
         """The random source of the triplet negatives on ``device``: ``None`` (torch's global generator)."""
@@ -161,6 +171,8 @@ class HolmesObjective(nn.Module):
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based)."""
         self.criterion.set_epoch(int(epoch))
+        if self.stability is not None:
+            self.stability.start_epoch(int(epoch))
 
     @property
     def stage(self) -> int:
@@ -199,6 +211,8 @@ class HolmesObjective(nn.Module):
         query_type = None
         if details.inter_details is not None and details.inter_details.identification is not None:
             query_type = details.inter_details.identification.query_type
+            if self.stability is not None:
+                self.stability.observe(batch.caption_ids, details.inter_details.identification)
         total = details.loss + self.config.dab.weight * pac
         return ObjectiveTerms(total=total, base=details.base, inter=details.inter, intra=details.intra, pac=pac,
                               stage=details.stage, query_type=query_type)

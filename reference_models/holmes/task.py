@@ -56,12 +56,16 @@ class HolmesTask(TrainingTask):
         The run's settings.
     train_split, val_split : PRVRSplit
         Training and validation data (they must share the feature sizes ``D_v`` and ``D_t``).
+    stability : bool
+        Record the identification's stability per epoch (``objective.stability``, one process; see
+        :class:`~reference_models.holmes.stability.ThresholdStability`).
     """
 
     name = "holmes"
     selection_metric = "SumR"
 
-    def __init__(self, config: HolmesConfig, train_split: PRVRSplit, val_split: PRVRSplit) -> None:
+    def __init__(self, config: HolmesConfig, train_split: PRVRSplit, val_split: PRVRSplit, *,
+                 stability: bool = False) -> None:
         if train_split.visual_dim != val_split.visual_dim or train_split.text_dim != val_split.text_dim:
             raise ValueError(
                 f"train and val splits must share feature dims, got (D_v, D_t) = "
@@ -71,6 +75,7 @@ class HolmesTask(TrainingTask):
         self.train_split = train_split
         self.val_split = val_split
         self.run: DistributedRun | None = None
+        self.stability = bool(stability)
 
     @property
     def schedule(self) -> TrainingSchedule:
@@ -114,7 +119,7 @@ class HolmesTask(TrainingTask):
     def build_objective(self) -> nn.Module:
         if self.run is not None:
             return DistributedHolmesObjective(self.config, self.config.model.hidden_size)
-        return HolmesObjective(self.config, self.config.model.hidden_size)
+        return HolmesObjective(self.config, self.config.model.hidden_size, stability=self.stability)
 
     def train_loader(self, seed: int, num_workers: int = 0):
         split, vpb = self.train_split, self.config.optim.videos_per_batch

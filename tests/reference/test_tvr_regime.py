@@ -25,7 +25,7 @@ def test_the_only_change_is_a_tvr_sized_test_split():
     assert BENCHMARKS["embedded"] == EmbeddedBenchmarkSpec()  # the demo's design and numbers stay
     assert REGIME == dataclasses.replace(EmbeddedBenchmarkSpec(), n_test_videos=1090)
     assert benchmark_spec("tvr-regime") is REGIME
-    with pytest.raises(ValueError, match="unknown PRVR benchmark 'tvr'; choose one of embedded, tvr-regime"):
+    with pytest.raises(ValueError, match="unknown PRVR benchmark 'tvr'; choose one of embedded, tvr-regime, tvr-regime-sparse"):
         benchmark_spec("tvr")
 
 
