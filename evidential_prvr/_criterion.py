@@ -26,8 +26,8 @@ from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._overrides import reject_unknown, resolve_overrides
-from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr._threshold_ema import ThresholdEMA
+from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails

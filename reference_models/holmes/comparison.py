@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from reference_models.engine import ComparisonSpec, QueryRanks, write_json
 from reference_models.engine import compare as grid
@@ -28,6 +28,7 @@ from reference_models.holmes.data import (
     load_split,
     read_planted_types,
 )
+from reference_models.holmes.objective import HolmesObjective
 from reference_models.holmes.task import HolmesTask
 
 __all__ = ["COLLECTION", "HolmesComparison", "runner"]
@@ -75,7 +76,7 @@ class HolmesComparison:
         trainer = Trainer(HolmesTask(config, splits["train"], splits["val"], stability=True), out, device=device,
                           seed=seed, show_progress=show_progress)
         trainer.fit(resume=resume)
-        stability = trainer.objective.stability
+        stability = cast(HolmesObjective, trainer.objective).stability  # HolmesTask.build_objective's
         if stability is not None:
             write_json(out / grid.DIAGNOSTICS_NAME, {"stability": stability.summary()})
         model = trainer.load_best()
