@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["IdentifierOverrides", "UncertaintyGuidedIdentifier"]
 
 
-class IdentifierOverrides(TypedDict, total=False):
-    """The keyword overrides of :meth:`UncertaintyGuidedIdentifier.from_preset`: the fields of
+class IdentificationOverrides(TypedDict, total=False):
+    """The keyword overrides shared by the identifier and L_inter: the fields of
     :class:`~evidential_prvr.presets.IdentificationSettings`, ``validate_args`` and ``distributed``."""
 
     beta: float
@@ -45,6 +45,12 @@ class IdentifierOverrides(TypedDict, total=False):
     fusion: Fusion
     validate_args: bool | None
     distributed: bool
+
+
+class IdentifierOverrides(IdentificationOverrides, total=False):
+    """The keyword overrides of :meth:`UncertaintyGuidedIdentifier.from_preset`: those of
+    :class:`IdentificationOverrides` and ``threshold_decay``."""
+
     threshold_decay: float | None
 
 

@@ -10,7 +10,7 @@ import torch
 from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._identification import IdentifierOverrides, UncertaintyGuidedIdentifier
+from evidential_prvr._identification import IdentificationOverrides, UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["EvidentialRetrievalLoss", "EvidentialRetrievalLossOverrides"]
 
 
-class EvidentialRetrievalLossOverrides(IdentifierOverrides, total=False):
+class EvidentialRetrievalLossOverrides(IdentificationOverrides, total=False):
     """The keyword overrides of :meth:`EvidentialRetrievalLoss.from_preset`: the fields of
     :class:`~evidential_prvr.presets.InterVideoSettings`, ``reduction``, ``validate_args`` and ``distributed``."""
 

@@ -81,7 +81,7 @@ def test_a_loss_and_its_details_share_one_signature_without_overloads(loss, deta
 
 OVERRIDES = [
     (ep.FlexibleOT, presets.TransportSettings, {"validate_args"}),
-    (ep.UncertaintyGuidedIdentifier, IdentificationSettings, {"validate_args", "distributed"}),
+    (ep.UncertaintyGuidedIdentifier, IdentificationSettings, {"validate_args", "distributed", "threshold_decay"}),
     (ep.EvidentialRetrievalLoss, presets.InterVideoSettings, {"reduction", "validate_args", "distributed"}),
     (ep.IntraVideoEvidentialLoss, presets.IntraVideoSettings, {"fot", "reduction", "validate_args", "distributed"}),
     (ep.BaseRetrievalLoss, BaseRetrievalSettings, {"use_hard_negatives", "reduction", "validate_args", "distributed"}),
@@ -180,4 +180,4 @@ def test_the_choice_types_are_the_values_the_checks_accept():
     assert presets.PRESETS == get_args(choices.Preset)
     for name in choices.__all__:
         if name.isupper():  # a tuple of values: its type is the alias defined beside it
-            assert all(isinstance(value, str) for value in getattr(choices, name)), name
+            assert all(isinstance(value, str) or value is None for value in getattr(choices, name)), name

@@ -187,9 +187,9 @@ def _criterion_stream(criterion: HolmesCriterion, batches: int, seed: int) -> li
         frame, clip = torch.rand(q, v, dtype=torch.float64), torch.rand(q, v, dtype=torch.float64)
         target = torch.arange(q) % v
         frame[0, 0], clip[0, 0] = 2.0, 2.0  # a correctly matched query in every batch
-        details = criterion(frame, clip, target, query_emb=torch.randn(q, d, dtype=torch.float64),
-                            clip_emb=torch.randn(v, mc, d, dtype=torch.float64), return_details=True,
-                            generator=torch.Generator().manual_seed(step))
+        details = criterion.details(frame, clip, target, query_emb=torch.randn(q, d, dtype=torch.float64),
+                                    clip_emb=torch.randn(v, mc, d, dtype=torch.float64),
+                                    generator=torch.Generator().manual_seed(step))
         losses.append(details.loss)
     return losses
 
