@@ -212,7 +212,8 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
     command line is this process's own, not a caller's ``argv``) and its ``--host-memory`` policy (else the
     engine's default) is a preloaded allocator
     (:func:`reference_models.engine.host_memory.start_with_allocator`; one line on standard error when it is not
-    installed), and on the CPU sets its thread count (:func:`_use_threads`)."""
+    installed), and on the CPU sets its thread count
+    (:func:`reference_models.engine.threads.use_cpu_threads`)."""
     try:
         if program and hasattr(args, "device"):
             _start_allocator(getattr(args, "host_memory", None))

@@ -20,7 +20,7 @@ The one-minute load average counts every runnable thread of the machine, so on a
 this process may use the load of the others' cores is counted too: the choice errs towards fewer threads. The
 count is chosen once, when a command starts; a job that starts later is not seen.
 :func:`use_cpu_threads` applies the choice (``torch.set_num_threads``); every reference model's command does so
-for ``--device cpu`` before it starts (:func:`reference_models.engine.cli.run_main`).
+for ``--device cpu`` before it starts (``reference_models.engine.run_main``).
 """
 
 from __future__ import annotations
