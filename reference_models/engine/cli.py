@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -233,7 +234,7 @@ def _start_allocator(policy: str | None) -> None:
     from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, start_with_allocator
 
     why_not = start_with_allocator(DEFAULT_HOST_MEMORY if policy is None else policy)
-    if why_not is not None:
+    if why_not is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, one line from rank 0 only
         print_line("note", why_not)
 
 

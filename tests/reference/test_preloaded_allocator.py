@@ -101,6 +101,9 @@ def test_commands_start_again_only_as_the_program(monkeypatch, capsys):
     assert cli.run_main(lambda a: 0, args) == 0 and asked == []  # a caller's argv: never execve
     assert cli.run_main(lambda a: 0, args, program=True) == 0 and asked == ["tcmalloc"]
     assert capsys.readouterr().err == "note: why not\n"
+    monkeypatch.setenv("RANK", "1")  # another rank of a torchrun run: rank 0 says it
+    assert cli.run_main(lambda a: 0, args, program=True) == 0 and asked == ["tcmalloc", "tcmalloc"]
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("name", PRELOADED_ALLOCATORS)
