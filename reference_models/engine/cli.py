@@ -27,8 +27,9 @@ import torch
 from reference_models.engine.checkpoint import atomic_write
 from reference_models.engine.distributed import DEFAULT_TIMEOUT_S
 from reference_models.engine.errors import TrainingDivergedError, UserError
-from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES
+from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES, start_with_allocator
 from reference_models.engine.run_folder import OutputFolderError, existing_run_files
+from reference_models.engine.threads import use_cpu_threads
 
 __all__ = [
     "EXIT_USER_ERROR",
@@ -231,7 +232,6 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
 
 
 def _start_allocator(policy: str | None) -> None:
-    from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, start_with_allocator
 
     why_not = start_with_allocator(DEFAULT_HOST_MEMORY if policy is None else policy)
     if why_not is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, one line from rank 0 only
@@ -242,7 +242,6 @@ def _use_threads(args: argparse.Namespace) -> None:
     """For a command on the CPU: ``torch.set_num_threads`` with ``--threads``, ``OMP_NUM_THREADS`` or the free
     cores (:func:`reference_models.engine.threads.use_cpu_threads`); one line on standard error when the load
     from other processes made it fewer."""
-    from reference_models.engine.threads import use_cpu_threads
 
     device = getattr(args, "device", None)
     if not isinstance(device, str) or torch.device(device).type != "cpu":
