@@ -78,7 +78,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         come from each batch alone. A decay :math:`d \\in [0, 1)`: they are smoothed across batches by an
         exponential moving average (:func:`~evidential_prvr.functional.ema_thresholds`, an extension beyond
         the paper), whose state is the submodule ``threshold_ema`` (buffers in ``state_dict``); each call in
-        ``train()`` mode updates it, ``eval()`` reads it. With ``distributed=True`` the in-batch thresholds
+        ``.train()`` mode updates it, ``.eval()`` reads it. With ``distributed=True`` the in-batch thresholds
         are those of the global batch, so every rank updates the same state the same way.
 
     Examples

@@ -23,7 +23,7 @@ class ThresholdEMA(nn.Module):
     ``thresholds`` ``[2, 2]`` (rows frame, clip; columns :math:`\\beta_u`, :math:`\\beta_p`), ``seen``
     ``bool [2]`` (whether the branch has observed a correctly matched query) and ``batches`` (the number of
     batches recorded). :meth:`running` gives the state to the identification, :meth:`record` stores the
-    thresholds it used; in ``eval()`` mode :meth:`record` leaves the state as it is (the thresholds are read,
+    thresholds it used; in ``.eval()`` mode :meth:`record` leaves the state as it is (the thresholds are read,
     not learnt, like a batch norm's statistics).
 
     Parameters
@@ -64,7 +64,7 @@ class ThresholdEMA(nn.Module):
 
     @torch.no_grad()
     def record(self, identification: Identification) -> None:
-        """Store the thresholds ``identification`` used (the new running values); no-op in ``eval()``."""
+        """Store the thresholds ``identification`` used (the new running values); no-op in ``.eval()``."""
         if not self.training:
             return
         for i, branch in enumerate((identification.frame, identification.clip)):

@@ -44,7 +44,7 @@ class ThresholdStability(nn.Module):
     """Per-epoch stability of the training queries' identification (see the module documentation).
 
     Call :meth:`start_epoch` before each epoch and :meth:`observe` with each training batch's caption ids
-    and identification (in ``train()`` mode; ``eval()`` ignores the batches).
+    and identification (in ``.train()`` mode; ``.eval()`` ignores the batches).
 
     Examples
     --------
