@@ -93,7 +93,7 @@ FOT_NORMALIZATIONS: tuple[FOTNormalization, ...] = ("minmax", None)
 
 MinmaxScope = Literal["block", "valid"]
 MINMAX_SCOPES: tuple[MinmaxScope, ...] = get_args(MinmaxScope)
-"""Entries the min-max normalisation reads: the whole padded block (release) or the valid ones."""
+"""The entries the min-max normalisation reads, the whole padded block (release) or the valid ones."""
 
 SinkhornMethod = Literal["auto", "log", "scaling"]
 SINKHORN_METHODS: tuple[SinkhornMethod, ...] = get_args(SinkhornMethod)

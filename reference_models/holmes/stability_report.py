@@ -21,7 +21,7 @@ from reference_models.engine import compare as grid
 
 __all__ = ["QUANTITIES", "collect", "draw", "format_table", "main"]
 
-#: The plotted quantities: (dotted key in an epoch's record, label).
+#: The plotted quantities, each a pair (dotted key in an epoch's record, label).
 QUANTITIES = (("type_changed", "queries whose type changed"), ("beta_u_sd.frame", "s.d. of β_u (frame)"),
               ("beta_u_sd.clip", "s.d. of β_u (clip)"), ("beta_p_sd.frame", "s.d. of β_p (frame)"),
               ("beta_p_sd.clip", "s.d. of β_p (clip)"))
