@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from reference_models.engine import host_memory
 from reference_models.engine.checkpoint import atomic_write
 from reference_models.engine.distributed import DEFAULT_TIMEOUT_S
 from reference_models.engine.errors import TrainingDivergedError, UserError
-from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES, start_with_allocator
+from reference_models.engine.host_memory import DEFAULT_HOST_MEMORY, HOST_MEMORY_POLICIES
 from reference_models.engine.run_folder import OutputFolderError, existing_run_files
 from reference_models.engine.threads import use_cpu_threads
 
@@ -232,8 +233,9 @@ def run_main(handler: Callable[[argparse.Namespace], int], args: argparse.Namesp
 
 
 def _start_allocator(policy: str | None) -> None:
-
-    why_not = start_with_allocator(DEFAULT_HOST_MEMORY if policy is None else policy)
+    """Start the command again with the preloaded allocator of ``policy`` (at most once); one line where it
+    cannot be preloaded."""
+    why_not = host_memory.start_with_allocator(DEFAULT_HOST_MEMORY if policy is None else policy)
     if why_not is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, one line from rank 0 only
         print_line("note", why_not)
 
