@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from evidential_prvr import EvidentialRetrievalLoss, HolmesCriterion, IntraVideoEvidentialLoss, build_intra_video_batch
@@ -72,6 +72,14 @@ def tied_scores(draw):
                            max_size=2 * n_queries * n_videos))
     grid = torch.tensor(values, dtype=torch.float64).view(2, n_queries, n_videos)
     labels = torch.tensor(draw(st.lists(st.integers(0, n_videos - 1), min_size=n_queries, max_size=n_queries)))
+    # Two rows that are permutations of each other (but not equal) have the same Dirichlet strength in exact
+    # arithmetic, and which of the two rounded sums is larger depends on the summation order of the kernel
+    # (vector width, alignment): a threshold tie between them is decided by rounding, in the release as here.
+    for branch in grid:
+        ordered = branch.sort(dim=1).values
+        same_values = (ordered.unsqueeze(0) == ordered.unsqueeze(1)).all(-1)
+        same_rows = (branch.unsqueeze(0) == branch.unsqueeze(1)).all(-1)
+        assume(not bool((same_values & ~same_rows).any()))
     return grid[0], grid[1], labels
 
 
