@@ -17,7 +17,7 @@ import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
-from evidential_prvr._docs import insert_docs
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
@@ -279,7 +279,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
 
 @settings_properties(BaseRetrievalSettings)
-@insert_docs(base=BASE_LOSS_PARAMETERS)
+@insert_docs(base=BASE_LOSS_PARAMETERS, value_checks=VALUE_CHECKS)
 class BaseRetrievalLoss(_SettingsLoss):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.base_retrieval_loss`.
@@ -298,8 +298,7 @@ class BaseRetrievalLoss(_SettingsLoss):
         Start with hard negatives on (the release switches them on at epoch 20).
     reduction : {"mean", "sum", "none"}
         Applied to every term.
-    validate_args : bool, optional
-        Value checks of the inputs (host synchronisations).
+    {value_checks}
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores against
         every video of the global batch ``[Q_r, V_global]`` and global video indices; the triplet and

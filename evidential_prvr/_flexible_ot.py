@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from evidential_prvr._checks import should_validate
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     module_from_settings,
@@ -53,6 +54,7 @@ class FlexibleOTOverrides(TypedDict, total=False):
 
 
 @settings_properties(TransportSettings)
+@insert_docs(value_checks=VALUE_CHECKS)
 class FlexibleOT(_SettingsModule):
     """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
 
@@ -84,8 +86,7 @@ class FlexibleOT(_SettingsModule):
         Sinkhorn iteration scheme.
     minmax_over : {"block", "valid"}
         Min and max over the whole padded block (release) or over the valid entries.
-    validate_args : bool, optional
-        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
+    {value_checks}
 
     Examples
     --------
