@@ -24,8 +24,8 @@ from evidential_prvr.functional._flexible_ot import (
     POTProblem,
     TransportSettings,
     _flexible_ot,
-    flexible_ot_pot_problems,
     prepare_fot_inputs,
+    run_pot_problems,
 )
 from evidential_prvr.presets import module_settings
 
@@ -189,6 +189,4 @@ class FlexibleOT(_SettingsModule):
     ) -> list[POTProblem]:
         """Per video, the problem POT's ``ot.sinkhorn`` solves to the same plan (a verification aid,
         see :func:`~evidential_prvr.functional.flexible_ot_pot_problems`)."""
-        return flexible_ot_pot_problems(sim, query_mask, clip_mask, epsilon=self.epsilon, n_iters=self.n_iters,
-                                        dustbin_quantile=self.dustbin_quantile, normalize=self.normalize,
-                                        minmax_over=self.minmax_over, marginals=self.marginals)
+        return run_pot_problems(sim, query_mask, clip_mask, self._settings)
