@@ -148,12 +148,11 @@ class TripletRankingLoss(_ReducedLoss):
         check_positive(margin, "margin")
         check_positive_int(hard_negative_topk, "hard_negative_topk")
         check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-        super().__init__(reduction, validate_args)
+        super().__init__(reduction, validate_args, distributed)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
         self.video_negative = video_negative
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
@@ -204,9 +203,8 @@ class InfoNCELoss(_ReducedLoss):
     def __init__(self, video_to_text: NCEVideoToText = "release", reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
-        super().__init__(reduction, validate_args)
+        super().__init__(reduction, validate_args, distributed)
         self.video_to_text = video_to_text
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
@@ -249,9 +247,8 @@ class QueryDiversityLoss(_ReducedLoss):
         check_positive(alpha, "alpha")
         check_in_range(delta, "delta", -2.0, 2.0)
         check_in_range(lam, "lam", 0.0, 64.0)
-        super().__init__(reduction, validate_args)
+        super().__init__(reduction, validate_args, distributed)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
@@ -352,9 +349,8 @@ class BaseRetrievalLoss(_SettingsLoss):
                                          clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
                                          div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
                                          nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
-        super().__init__(settings, reduction, validate_args)
+        super().__init__(settings, reduction, validate_args, distributed)
         self.use_hard_negatives = bool(use_hard_negatives)
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,

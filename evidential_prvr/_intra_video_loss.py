@@ -106,11 +106,10 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
               distributed: bool = False) -> None:
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
-        _SettingsLoss.__init__(self, settings, reduction, validate_args)
+        _SettingsLoss.__init__(self, settings, reduction, validate_args, distributed)
         if settings.assignment == "fot" and fot.dustbin_quantile is None:
             raise ValueError("assignment='fot' needs a transport with a dustbin; got fot.dustbin_quantile=None")
         self.fot = fot
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_settings(cls, settings: IntraVideoSettings, fot: FlexibleOT | None = None, *, reduction: Reduction = "mean",
