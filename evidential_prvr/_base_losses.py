@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import torch
 
-from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
+from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
@@ -29,7 +29,6 @@ from evidential_prvr._overrides import (
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
-    VIDEO_NEGATIVES,
     DatasetName,
     NCEVideoToText,
     Preset,
@@ -42,6 +41,8 @@ from evidential_prvr.functional._retrieval_losses import (
     BASE_LOSS_PARAMETERS,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
+    check_diversity_settings,
+    check_triplet_settings,
     info_nce_loss,
     query_diversity_loss,
     run_base_retrieval_loss,
@@ -145,9 +146,7 @@ class TripletRankingLoss(_ReducedLoss):
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
-        check_positive(margin, "margin")
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-        check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+        check_triplet_settings(margin, hard_negative_topk, video_negative)
         super().__init__(reduction, validate_args, distributed)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
@@ -244,9 +243,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
-        check_positive(alpha, "alpha")
-        check_in_range(delta, "delta", -2.0, 2.0)
-        check_in_range(lam, "lam", 0.0, 64.0)
+        check_diversity_settings(alpha, delta, lam)
         super().__init__(reduction, validate_args, distributed)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
 

@@ -75,6 +75,24 @@ validate_args : bool, optional
 """The end of the parameters and the returns of :func:`triplet_ranking_loss` and :func:`info_nce_loss`."""
 
 
+def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
+                           random_negatives: bool = False) -> None:
+    """The checks of the triplet loss's hyperparameters; ``random_negatives``: ``hard_negative_topk=None``
+    is accepted (the functional's random negatives)."""
+    check_positive(margin, "margin")
+    if hard_negative_topk is not None or not random_negatives:
+        check_positive_int(hard_negative_topk, "hard_negative_topk")
+    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+
+
+def check_diversity_settings(alpha: float, delta: float, lam: float,
+                             names: tuple[str, str, str] = ("alpha", "delta", "lam")) -> None:
+    """The checks of α, δ and λ of the query-diversity loss (Eq. 23), reported under ``names``."""
+    check_positive(alpha, names[0])
+    check_in_range(delta, names[1], -2.0, 2.0)
+    check_in_range(lam, names[2], 0.0, 64.0)
+
+
 def _check_sim(sim: object, query_video: object, name: str, validate: bool) -> torch.Tensor:
     """Validate a ``[Q, V]`` score matrix and its positives; return the positive mask ``bool [Q, V]``."""
     check_tensor(sim, name, ndim=2, floating=True)
@@ -194,10 +212,7 @@ def triplet_ranking_loss(
     """
     validate = should_validate(validate_args)
     own = _check_sim(sim, query_video, "sim", validate)
-    check_positive(margin, "margin")
-    if hard_negative_topk is not None:
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+    check_triplet_settings(margin, hard_negative_topk, video_negative, random_negatives=True)
     check_choice(reduction, "reduction", REDUCTIONS)
     return reduce_rows(_triplet_rows(sim, own, margin, hard_negative_topk, generator, video_negative), reduction)
 
@@ -384,9 +399,7 @@ def query_diversity_loss(
     validate = should_validate(validate_args)
     if validate:
         check_finite(query_emb, "query_emb")
-    check_positive(alpha, "alpha")
-    check_in_range(delta, "delta", -2.0, 2.0)
-    check_in_range(lam, "lam", 0.0, 64.0)
+    check_diversity_settings(alpha, delta, lam)
     check_choice(reduction, "reduction", REDUCTIONS)
     if query_video.dim() == 1:
         if query_video.is_floating_point() or query_video.dtype == torch.bool or query_video.is_complex():
@@ -465,12 +478,8 @@ class BaseLossSettings:
     div_lambda: float = 1.0
 
     def __post_init__(self) -> None:
-        check_positive(self.margin, "margin")
-        check_positive(self.div_alpha, "div_alpha")
-        check_in_range(self.div_delta, "div_delta", -2.0, 2.0)
-        check_in_range(self.div_lambda, "div_lambda", 0.0, 64.0)
-        check_positive_int(self.hard_negative_topk, "hard_negative_topk")
-        check_choice(self.video_negative, "video_negative", VIDEO_NEGATIVES)
+        check_triplet_settings(self.margin, self.hard_negative_topk, self.video_negative)
+        check_diversity_settings(self.div_alpha, self.div_delta, self.div_lambda, ("div_alpha", "div_delta", "div_lambda"))
         check_choice(self.nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
 
 
