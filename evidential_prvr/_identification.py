@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -13,6 +12,7 @@ from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     check_settings,
     module_from_settings,
+    settings_fields,
     settings_from_preset,
     settings_properties,
     settings_repr,
@@ -133,8 +133,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
         check_settings(settings, IdentificationSettings)
-        own = IdentificationSettings(
-            **{f.name: getattr(settings, f.name) for f in dataclasses.fields(IdentificationSettings)})
+        own = IdentificationSettings(**settings_fields(settings, IdentificationSettings))
         return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
                                     distributed=distributed, threshold_decay=threshold_decay)
 

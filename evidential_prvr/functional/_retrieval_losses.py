@@ -35,6 +35,7 @@ from evidential_prvr._checks import (
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_entry, loss_entry
 from evidential_prvr._numerics import normalize_rows
+from evidential_prvr._overrides import settings_fields
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
     REDUCTIONS,
@@ -516,9 +517,8 @@ class BaseRetrievalSettings(BaseLossSettings):
     def from_sections(cls, base: BaseLossSettings, weights: object) -> BaseRetrievalSettings:
         """The registry's ``base`` section with the L_base weights of its ``weights`` section
         (:class:`~evidential_prvr.presets.LossWeights`: ``nce_frame``, ``nce_clip``, ``div``)."""
-        fields = {f: getattr(base, f) for f in BaseLossSettings.__dataclass_fields__}
-        return cls(**fields, frame_nce_weight=weights.nce_frame, clip_nce_weight=weights.nce_clip,  # type: ignore[attr-defined]
-                   div_weight=weights.div)  # type: ignore[attr-defined]
+        return cls(**settings_fields(base, BaseLossSettings), frame_nce_weight=weights.nce_frame,  # type: ignore[attr-defined]
+                   clip_nce_weight=weights.nce_clip, div_weight=weights.div)  # type: ignore[attr-defined]
 
 
 @dataclass
