@@ -33,7 +33,7 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr._entry_points import loss_entries
 from evidential_prvr._numerics import normalize_rows
 from evidential_prvr._overrides import settings_fields
 from evidential_prvr.choices import (
@@ -654,8 +654,8 @@ def _base_retrieval_loss(
                                    details=details, validate_args=validate_args)
 
 
-base_retrieval_loss = loss_entry(_base_retrieval_loss, "base_retrieval_loss")
-base_retrieval_loss_details = details_entry(_base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
+base_retrieval_loss, base_retrieval_loss_details = loss_entries(
+    _base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
 
 
 def run_base_retrieval_loss(
