@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import torch
 
-from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
+from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
-from evidential_prvr._docs import insert_docs
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
@@ -29,7 +29,6 @@ from evidential_prvr._overrides import (
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
-    VIDEO_NEGATIVES,
     DatasetName,
     NCEVideoToText,
     Preset,
@@ -42,6 +41,8 @@ from evidential_prvr.functional._retrieval_losses import (
     BASE_LOSS_PARAMETERS,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
+    check_diversity_settings,
+    check_triplet_settings,
     info_nce_loss,
     query_diversity_loss,
     run_base_retrieval_loss,
@@ -145,15 +146,12 @@ class TripletRankingLoss(_ReducedLoss):
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
-        check_positive(margin, "margin")
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-        check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-        super().__init__(reduction, validate_args)
+        check_triplet_settings(margin, hard_negative_topk, video_negative)
+        super().__init__(reduction, validate_args, distributed)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
         self.video_negative = video_negative
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
@@ -204,9 +202,8 @@ class InfoNCELoss(_ReducedLoss):
     def __init__(self, video_to_text: NCEVideoToText = "release", reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
-        super().__init__(reduction, validate_args)
+        super().__init__(reduction, validate_args, distributed)
         self.video_to_text = video_to_text
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
@@ -246,12 +243,9 @@ class QueryDiversityLoss(_ReducedLoss):
 
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
-        check_positive(alpha, "alpha")
-        check_in_range(delta, "delta", -2.0, 2.0)
-        check_in_range(lam, "lam", 0.0, 64.0)
-        super().__init__(reduction, validate_args)
+        check_diversity_settings(alpha, delta, lam)
+        super().__init__(reduction, validate_args, distributed)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_preset(
@@ -279,7 +273,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
 
 @settings_properties(BaseRetrievalSettings)
-@insert_docs(base=BASE_LOSS_PARAMETERS)
+@insert_docs(base=BASE_LOSS_PARAMETERS, value_checks=VALUE_CHECKS)
 class BaseRetrievalLoss(_SettingsLoss):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.base_retrieval_loss`.
@@ -298,8 +292,7 @@ class BaseRetrievalLoss(_SettingsLoss):
         Start with hard negatives on (the release switches them on at epoch 20).
     reduction : {"mean", "sum", "none"}
         Applied to every term.
-    validate_args : bool, optional
-        Value checks of the inputs (host synchronisations).
+    {value_checks}
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores against
         every video of the global batch ``[Q_r, V_global]`` and global video indices; the triplet and
@@ -353,9 +346,8 @@ class BaseRetrievalLoss(_SettingsLoss):
                                          clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
                                          div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
                                          nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
-        super().__init__(settings, reduction, validate_args)
+        super().__init__(settings, reduction, validate_args, distributed)
         self.use_hard_negatives = bool(use_hard_negatives)
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,

@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["insert_docs", "finite_check", "FINITE_INPUTS", "SCALAR_LOSS"]
+__all__ = ["insert_docs", "finite_check", "FINITE_INPUTS", "SCALAR_LOSS", "VALUE_CHECKS"]
 
 T = TypeVar("T")
 
@@ -20,6 +20,11 @@ validate_args : bool, optional
     Check that the inputs are finite (host synchronisations); ``None`` follows
     :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused."""
 """``validate_args`` of the DAB and HUD modules."""
+
+VALUE_CHECKS = """\
+validate_args : bool, optional
+    Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`."""
+"""``validate_args`` of a module whose value checks are those of the function it calls."""
 
 SCALAR_LOSS = """\
 Returns

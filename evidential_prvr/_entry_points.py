@@ -1,8 +1,8 @@
 """The two public entry points of a loss whose terms can be returned: the loss, and its details.
 
 A loss with details is written once, as a private implementation whose first parameter (after ``self``
-for a module) is ``details: bool``. :func:`loss_entry` and :func:`details_entry` (:func:`loss_method` and
-:func:`details_method` for a module's ``forward`` and ``details``) make the two public callables from it:
+for a module) is ``details: bool``. :func:`loss_entries` (:func:`loss_method` and :func:`details_method` for
+a module's ``forward`` and ``details``) makes the two public callables from it:
 the same parameters, read by type checkers from the implementation (:class:`typing.ParamSpec`), and each
 one return type. So a loss's parameter list is written in one place, and no ``@overload`` repeats it.
 """
@@ -16,7 +16,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 import torch
 
-__all__ = ["loss_entry", "details_entry", "loss_method", "details_method"]
+__all__ = ["loss_entries", "loss_method", "details_method"]
 
 P = ParamSpec("P")
 S = TypeVar("S")
@@ -44,33 +44,30 @@ def _details(out: object, kind: type[D], name: str) -> D:
     return out
 
 
-def loss_entry(impl: Callable[Concatenate[bool, P], object], name: str) -> Callable[P, torch.Tensor]:
-    """The public loss function of ``impl`` (called with ``details=False``); its docstring is ``impl``'s."""
+def loss_entries(
+    impl: Callable[Concatenate[bool, P], object], kind: type[D], loss: str
+) -> tuple[Callable[P, torch.Tensor], Callable[P, D]]:
+    """The public loss function ``<loss>`` of ``impl`` (called with ``details=False``; its docstring is
+    ``impl``'s) and its details function ``<loss>_details`` (called with ``details=True``, returning a
+    ``kind``; its docstring points to the loss function's and shares its examples and references)."""
 
     def entry(*args: P.args, **kwargs: P.kwargs) -> torch.Tensor:
-        return _details(impl(False, *args, **kwargs), torch.Tensor, name)
+        return _details(impl(False, *args, **kwargs), torch.Tensor, loss)
 
-    _public(entry, impl, name, impl.__doc__, 0, torch.Tensor)
-    return entry
-
-
-def details_entry(impl: Callable[Concatenate[bool, P], object], kind: type[D], loss: str) -> Callable[P, D]:
-    """The public details function ``<loss>_details`` of ``impl`` (called with ``details=True``), returning a
-    ``kind``; its docstring points to the loss function's and shares its examples and references."""
-
-    def entry(*args: P.args, **kwargs: P.kwargs) -> D:
+    def details(*args: P.args, **kwargs: P.kwargs) -> D:
         return _details(impl(True, *args, **kwargs), kind, name)
 
+    _public(entry, impl, loss, impl.__doc__, 0, torch.Tensor)
     name = f"{loss}_details"
     doc = impl.__doc__ or ""
     shared = doc[doc.find("    Examples\n"):] if "    Examples\n" in doc else ""
-    _public(entry, impl, name, f"""Every term that :func:`{loss}` computes, and its ``loss``.
+    _public(details, impl, name, f"""Every term that :func:`{loss}` computes, and its ``loss``.
 
     Takes the parameters of :func:`{loss}` and returns a
     :class:`~evidential_prvr.{kind.__name__}`, whose ``loss`` is what :func:`{loss}` returns.
 
 {shared}""", 0, kind)
-    return entry
+    return entry, details
 
 
 def loss_method(impl: Callable[Concatenate[S, bool, P], object], doc: str) -> Callable[Concatenate[S, P], torch.Tensor]:

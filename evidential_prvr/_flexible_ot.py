@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from evidential_prvr._checks import should_validate
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     module_from_settings,
@@ -23,8 +24,8 @@ from evidential_prvr.functional._flexible_ot import (
     POTProblem,
     TransportSettings,
     _flexible_ot,
-    flexible_ot_pot_problems,
     prepare_fot_inputs,
+    run_pot_problems,
 )
 from evidential_prvr.presets import module_settings
 
@@ -53,6 +54,7 @@ class FlexibleOTOverrides(TypedDict, total=False):
 
 
 @settings_properties(TransportSettings)
+@insert_docs(value_checks=VALUE_CHECKS)
 class FlexibleOT(_SettingsModule):
     """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
 
@@ -84,8 +86,7 @@ class FlexibleOT(_SettingsModule):
         Sinkhorn iteration scheme.
     minmax_over : {"block", "valid"}
         Min and max over the whole padded block (release) or over the valid entries.
-    validate_args : bool, optional
-        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
+    {value_checks}
 
     Examples
     --------
@@ -188,6 +189,4 @@ class FlexibleOT(_SettingsModule):
     ) -> list[POTProblem]:
         """Per video, the problem POT's ``ot.sinkhorn`` solves to the same plan (a verification aid,
         see :func:`~evidential_prvr.functional.flexible_ot_pot_problems`)."""
-        return flexible_ot_pot_problems(sim, query_mask, clip_mask, epsilon=self.epsilon, n_iters=self.n_iters,
-                                        dustbin_quantile=self.dustbin_quantile, normalize=self.normalize,
-                                        minmax_over=self.minmax_over, marginals=self.marginals)
+        return run_pot_problems(sim, query_mask, clip_mask, self._settings)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
-from evidential_prvr._docs import insert_docs
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     check_settings,
     module_from_settings,
+    settings_fields,
     settings_from_preset,
     settings_properties,
     settings_repr,
@@ -55,7 +55,7 @@ class IdentifierOverrides(IdentificationOverrides, total=False):
 
 
 @settings_properties(IdentificationSettings)
-@insert_docs(identification=IDENTIFICATION_PARAMETERS)
+@insert_docs(identification=IDENTIFICATION_PARAMETERS, value_checks=VALUE_CHECKS)
 class UncertaintyGuidedIdentifier(_SettingsModule):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
@@ -67,8 +67,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
     Parameters
     ----------
     {identification}
-    validate_args : bool, optional
-        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
+    {value_checks}
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores
         ``[Q_r, V_global]`` and global video indices and receives the identification of the global batch
@@ -134,8 +133,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
         check_settings(settings, IdentificationSettings)
-        own = IdentificationSettings(
-            **{f.name: getattr(settings, f.name) for f in dataclasses.fields(IdentificationSettings)})
+        own = IdentificationSettings(**settings_fields(settings, IdentificationSettings))
         return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
                                     distributed=distributed, threshold_decay=threshold_decay)
 

@@ -127,8 +127,7 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
                                       matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
                                       calibration_set=calibration_set, terms=terms)
-        super().__init__(settings, reduction, validate_args)
-        self.distributed = bool(distributed)
+        super().__init__(settings, reduction, validate_args, distributed)
 
     @classmethod
     def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TypedDict
 import torch
 
 from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers, warn_per_rank
-from evidential_prvr._docs import insert_docs
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import _SettingsLoss
@@ -45,7 +45,7 @@ class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
 
 
 @settings_properties(IntraVideoSettings)
-@insert_docs(intra=INTRA_PARAMETERS)
+@insert_docs(intra=INTRA_PARAMETERS, value_checks=VALUE_CHECKS)
 class IntraVideoEvidentialLoss(_SettingsLoss):
     """L_intra: evidential loss of each query over its video's clips against a transport label (Holmes §3.3).
 
@@ -62,8 +62,7 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
     {intra}
     reduction : {"mean", "sum", "none"}
         Over the videos with a valid query (``"none"``: ``[B]``).
-    validate_args : bool, optional
-        Value checks (host synchronisations); ``None``: :func:`evidential_prvr.set_default_validate_args`.
+    {value_checks}
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its own videos' batch; the
         per-video terms stay local and the reduction runs over the videos of every rank. For the
@@ -107,11 +106,10 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
               distributed: bool = False) -> None:
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
-        _SettingsLoss.__init__(self, settings, reduction, validate_args)
+        _SettingsLoss.__init__(self, settings, reduction, validate_args, distributed)
         if settings.assignment == "fot" and fot.dustbin_quantile is None:
             raise ValueError("assignment='fot' needs a transport with a dustbin; got fot.dustbin_quantile=None")
         self.fot = fot
-        self.distributed = bool(distributed)
 
     @classmethod
     def from_settings(cls, settings: IntraVideoSettings, fot: FlexibleOT | None = None, *, reduction: Reduction = "mean",

@@ -1,8 +1,8 @@
 """Bases of the modules: what each sets up the same way (``validate_args``, ``reduction``, its settings).
 
 :class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._overrides`)
-and ``validate_args``; :class:`_ReducedLoss` checks and stores a loss's ``reduction`` and ``validate_args``;
-:class:`_SettingsLoss` is a loss with settings, whose ``extra_repr`` lists them.
+and ``validate_args``; :class:`_ReducedLoss` checks and stores a loss's ``reduction``, ``validate_args`` and
+``distributed``; :class:`_SettingsLoss` is a loss with settings, whose ``extra_repr`` lists them.
 """
 
 from __future__ import annotations
@@ -28,20 +28,24 @@ class _SettingsModule(nn.Module):
 
 
 class _ReducedLoss(nn.Module):
-    """Base of the loss modules: ``reduction`` (one of ``"mean"``, ``"sum"``, ``"none"``) and ``validate_args``."""
+    """Base of the loss modules: ``reduction`` (one of ``"mean"``, ``"sum"``, ``"none"``), ``validate_args``
+    and ``distributed`` (multi-process training, :doc:`/guide/distributed`)."""
 
-    def __init__(self, reduction: Reduction = "mean", validate_args: bool | None = None) -> None:
+    def __init__(self, reduction: Reduction = "mean", validate_args: bool | None = None,
+                 distributed: bool = False) -> None:
         super().__init__()
         check_choice(reduction, "reduction", REDUCTIONS)
         self.reduction = reduction
         self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
 
 class _SettingsLoss(_ReducedLoss):
     """A :class:`_ReducedLoss` whose hyperparameters are one settings dataclass in ``self._settings``."""
 
-    def __init__(self, settings: Any, reduction: Reduction = "mean", validate_args: bool | None = None) -> None:
-        super().__init__(reduction, validate_args)
+    def __init__(self, settings: Any, reduction: Reduction = "mean", validate_args: bool | None = None,
+                 distributed: bool = False) -> None:
+        super().__init__(reduction, validate_args, distributed)
         self._settings = settings
 
     def extra_repr(self) -> str:

@@ -67,9 +67,11 @@ def resolve_overrides(
     return values, {k: v for k, v in overrides.items() if k not in defaults}
 
 
-def settings_fields(settings: DataclassInstance) -> dict[str, Any]:
-    """The field values of a settings dataclass, by name (not copied)."""
-    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+def settings_fields(settings: DataclassInstance, schema: DataclassInstance | type[DataclassInstance] | None = None
+                    ) -> dict[str, Any]:
+    """The field values of a settings dataclass, by name (not copied); with ``schema``, only those of the
+    fields of ``schema`` (the part of an extended settings object that a base schema holds)."""
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings if schema is None else schema)}
 
 
 def override_settings(

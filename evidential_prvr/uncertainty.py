@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int, should_validate
+from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._overrides import resolve_overrides
 from evidential_prvr.choices import (
     CONFIDENCES,
@@ -67,6 +68,7 @@ __all__ = [
 
 
 
+@insert_docs(value_checks=VALUE_CHECKS)
 class GalleryUncertainty(nn.Module):
     """Per-query Dirichlet opinions over the top-k gallery candidates (Holmes Eq. 3-5, 7, 9, 16).
 
@@ -83,8 +85,7 @@ class GalleryUncertainty(nn.Module):
         Evidence form of Eq. 3 (paper / release).
     query_chunk : int
         Queries processed at a time (bounds the temporary memory).
-    validate_args : bool, optional
-        Value checks; ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
+    {value_checks}
 
     Examples
     --------
@@ -259,6 +260,7 @@ class GalleryIdentification:
     thresholds: QueryTypeThresholds | None
 
 
+@insert_docs(value_checks=VALUE_CHECKS)
 class GalleryQueryIdentifier(nn.Module):
     """Precise / polysemous / under-determined identification of gallery queries (Holmes Eq. 10-14).
 
@@ -289,8 +291,7 @@ class GalleryQueryIdentifier(nn.Module):
         Median rule of Eq. 12 (batch rule).
     grid : int
         Quantile levels per threshold searched by :meth:`fit`.
-    validate_args : bool, optional
-        Value checks; ``None`` follows the global switch.
+    {value_checks}
 
     Examples
     --------
@@ -392,6 +393,7 @@ class GalleryQueryIdentifier(nn.Module):
         return GalleryIdentification(types, "thresholds", self.thresholds)
 
 
+@insert_docs(value_checks=VALUE_CHECKS)
 class SelectiveConfidence(nn.Module):
     """A named per-query confidence for selective retrieval (higher = more trusted).
 
@@ -403,8 +405,7 @@ class SelectiveConfidence(nn.Module):
         One of :data:`evidential_prvr.uncertainty.CONFIDENCES`: ``"neg_u"`` (fused :math:`-u`),
         ``"top_belief"`` (fused belief of the top-1 video), ``"neg_xi"`` (fused :math:`-\\xi`),
         ``"margin"`` (top-1 minus top-2 score), ``"max_score"`` or ``"kl_margin"`` (DAB, needs ``kl_cost``).
-    validate_args : bool, optional
-        Value checks; ``None`` follows the global switch.
+    {value_checks}
 
     Examples
     --------

@@ -337,6 +337,27 @@ def test_base_loss_presets_and_validation():
     assert ep.InfoNCELoss.from_preset("release", "cha").video_to_text == "release"
 
 
+@pytest.mark.parametrize("build, error, match", [
+    (lambda: ep.QueryDiversityLoss(delta=2.5), ValueError, "^delta"),
+    (lambda: ep.presets.BaseLossSettings(div_delta=2.5), ValueError, "^div_delta"),
+    (lambda: ep.presets.BaseLossSettings(div_lambda=65.0), ValueError, "^div_lambda"),
+    (lambda: ep.BaseRetrievalLoss(div_alpha=0.0), ValueError, "^div_alpha"),
+    (lambda: ep.TripletRankingLoss(hard_negative_topk=None), TypeError, "^hard_negative_topk"),
+    (lambda: ep.presets.BaseLossSettings(hard_negative_topk=None), TypeError, "^hard_negative_topk"),
+    (lambda: ep.presets.BaseLossSettings(margin=0.0), ValueError, "^margin"),
+])
+def test_shared_hyperparameter_checks_name_each_callers_parameter(build, error, match):
+    """One check serves the functionals, the modules and the settings: each reports its own name, and only the
+    functional reads ``hard_negative_topk=None`` as random negatives."""
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_triplet_functional_accepts_no_pool_for_random_negatives():
+    sim, labels = torch.tensor([[0.9, 0.2], [0.3, 0.8]]), torch.tensor([0, 1])
+    assert torch.isfinite(EF.triplet_ranking_loss(sim, labels, 0.2, None))
+
+
 def test_base_loss_backward(device):
     clip, frame, emb, labels = (x.to(device) for x in _batch())
     clip.requires_grad_()

@@ -459,7 +459,6 @@ def _flexible_ot(
     return FlexibleOTResult(plan, dustbin, assignment, similarity, z)
 
 
-@torch.no_grad()
 def flexible_ot_pot_problems(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
@@ -492,6 +491,15 @@ def flexible_ot_pot_problems(
     """
     settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
                                  normalize=normalize, minmax_over=minmax_over, marginals=marginals)
+    return run_pot_problems(sim, query_mask, clip_mask, settings)
+
+
+@torch.no_grad()
+def run_pot_problems(
+    sim: torch.Tensor, query_mask: torch.Tensor | None, clip_mask: torch.Tensor | None, settings: TransportSettings
+) -> list[POTProblem]:
+    """:func:`flexible_ot_pot_problems` of checked settings (the path of :meth:`FlexibleOT.pot_problem`; the
+    solver's own ``grad``, ``tol`` and ``method`` do not enter the problem)."""
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, True)
     x = fot_similarity(sim.detach().to(torch.float64), valid, settings, dense)
     a_all, b_all = _fot_marginals(qmask, cmask, torch.float64, settings)

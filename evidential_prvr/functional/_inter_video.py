@@ -9,7 +9,7 @@ import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
 from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr._entry_points import loss_entries
 from evidential_prvr.choices import (
     CALIBRATION_SETS,
     INTER_TERMS,
@@ -314,8 +314,8 @@ def _inter_video_loss_entry(
     return run_inter_video_loss(frame_sim, clip_sim, query_video, settings, reduction, details, validate_args)
 
 
-inter_video_loss = loss_entry(_inter_video_loss_entry, "inter_video_loss")
-inter_video_loss_details = details_entry(_inter_video_loss_entry, InterVideoLossDetails, "inter_video_loss")
+inter_video_loss, inter_video_loss_details = loss_entries(
+    _inter_video_loss_entry, InterVideoLossDetails, "inter_video_loss")
 
 
 def run_inter_video_loss(

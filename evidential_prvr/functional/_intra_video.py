@@ -15,7 +15,7 @@ import torch
 
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
 from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr._entry_points import loss_entries
 from evidential_prvr.choices import (
     INTRA_ASSIGNMENTS,
     REDUCTIONS,
@@ -217,8 +217,8 @@ def _intra_video_loss_entry(
     return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, details, validate_args)
 
 
-intra_video_loss = loss_entry(_intra_video_loss_entry, "intra_video_loss")
-intra_video_loss_details = details_entry(_intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss")
+intra_video_loss, intra_video_loss_details = loss_entries(
+    _intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss")
 
 
 def run_intra_video_loss(

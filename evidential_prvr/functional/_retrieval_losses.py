@@ -33,8 +33,9 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import details_entry, loss_entry
+from evidential_prvr._entry_points import loss_entries
 from evidential_prvr._numerics import normalize_rows
+from evidential_prvr._overrides import settings_fields
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
     REDUCTIONS,
@@ -73,6 +74,24 @@ validate_args : bool, optional
 
 """ + _ROW_LOSS_RETURNS
 """The end of the parameters and the returns of :func:`triplet_ranking_loss` and :func:`info_nce_loss`."""
+
+
+def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
+                           random_negatives: bool = False) -> None:
+    """The checks of the triplet loss's hyperparameters; ``random_negatives``: ``hard_negative_topk=None``
+    is accepted (the functional's random negatives)."""
+    check_positive(margin, "margin")
+    if hard_negative_topk is not None or not random_negatives:
+        check_positive_int(hard_negative_topk, "hard_negative_topk")
+    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+
+
+def check_diversity_settings(alpha: float, delta: float, lam: float,
+                             names: tuple[str, str, str] = ("alpha", "delta", "lam")) -> None:
+    """The checks of α, δ and λ of the query-diversity loss (Eq. 23), reported under ``names``."""
+    check_positive(alpha, names[0])
+    check_in_range(delta, names[1], -2.0, 2.0)
+    check_in_range(lam, names[2], 0.0, 64.0)
 
 
 def _check_sim(sim: object, query_video: object, name: str, validate: bool) -> torch.Tensor:
@@ -194,10 +213,7 @@ def triplet_ranking_loss(
     """
     validate = should_validate(validate_args)
     own = _check_sim(sim, query_video, "sim", validate)
-    check_positive(margin, "margin")
-    if hard_negative_topk is not None:
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+    check_triplet_settings(margin, hard_negative_topk, video_negative, random_negatives=True)
     check_choice(reduction, "reduction", REDUCTIONS)
     return reduce_rows(_triplet_rows(sim, own, margin, hard_negative_topk, generator, video_negative), reduction)
 
@@ -384,9 +400,7 @@ def query_diversity_loss(
     validate = should_validate(validate_args)
     if validate:
         check_finite(query_emb, "query_emb")
-    check_positive(alpha, "alpha")
-    check_in_range(delta, "delta", -2.0, 2.0)
-    check_in_range(lam, "lam", 0.0, 64.0)
+    check_diversity_settings(alpha, delta, lam)
     check_choice(reduction, "reduction", REDUCTIONS)
     if query_video.dim() == 1:
         if query_video.is_floating_point() or query_video.dtype == torch.bool or query_video.is_complex():
@@ -465,12 +479,8 @@ class BaseLossSettings:
     div_lambda: float = 1.0
 
     def __post_init__(self) -> None:
-        check_positive(self.margin, "margin")
-        check_positive(self.div_alpha, "div_alpha")
-        check_in_range(self.div_delta, "div_delta", -2.0, 2.0)
-        check_in_range(self.div_lambda, "div_lambda", 0.0, 64.0)
-        check_positive_int(self.hard_negative_topk, "hard_negative_topk")
-        check_choice(self.video_negative, "video_negative", VIDEO_NEGATIVES)
+        check_triplet_settings(self.margin, self.hard_negative_topk, self.video_negative)
+        check_diversity_settings(self.div_alpha, self.div_delta, self.div_lambda, ("div_alpha", "div_delta", "div_lambda"))
         check_choice(self.nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
 
 
@@ -507,9 +517,8 @@ class BaseRetrievalSettings(BaseLossSettings):
     def from_sections(cls, base: BaseLossSettings, weights: object) -> BaseRetrievalSettings:
         """The registry's ``base`` section with the L_base weights of its ``weights`` section
         (:class:`~evidential_prvr.presets.LossWeights`: ``nce_frame``, ``nce_clip``, ``div``)."""
-        fields = {f: getattr(base, f) for f in BaseLossSettings.__dataclass_fields__}
-        return cls(**fields, frame_nce_weight=weights.nce_frame, clip_nce_weight=weights.nce_clip,  # type: ignore[attr-defined]
-                   div_weight=weights.div)  # type: ignore[attr-defined]
+        return cls(**settings_fields(base, BaseLossSettings), frame_nce_weight=weights.nce_frame,  # type: ignore[attr-defined]
+                   clip_nce_weight=weights.nce_clip, div_weight=weights.div)  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -645,8 +654,8 @@ def _base_retrieval_loss(
                                    details=details, validate_args=validate_args)
 
 
-base_retrieval_loss = loss_entry(_base_retrieval_loss, "base_retrieval_loss")
-base_retrieval_loss_details = details_entry(_base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
+base_retrieval_loss, base_retrieval_loss_details = loss_entries(
+    _base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
 
 
 def run_base_retrieval_loss(
