@@ -97,8 +97,9 @@ def test_every_preset_class_takes_the_same_call(cls):
         cls.from_preset("paper", dataset)
     # no data set: the TVR settings (a data set of one's own)
     assert repr(cls.from_preset("release")) == repr(cls.from_preset("release", "tvr"))
-    with pytest.raises(ValueError, match=r"dataset=None.*closest_dataset"):
-        cls.from_preset("release", "hiddenprvr")
+    for unknown in ("hiddenprvr", "msrvtt"):
+        with pytest.raises(ValueError, match=r"dataset=None.*closest_dataset"):
+            cls.from_preset("release", unknown)
     with pytest.raises(ValueError, match="preset"):
         cls.from_preset("official", "tvr")
     with pytest.raises(TypeError, match="'not_a_setting'"):

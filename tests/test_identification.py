@@ -227,11 +227,6 @@ def test_errors():
         UncertaintyGuidedIdentifier(fusion="vote")
     with pytest.raises(ValueError, match="tanh_scaling"):
         UncertaintyGuidedIdentifier(tanh_scaling="none")
-    assert UncertaintyGuidedIdentifier.from_preset("release").tau == 0.05  # dataset=None: TVR
-    with pytest.raises(ValueError, match="dataset"):
-        UncertaintyGuidedIdentifier.from_preset("release", dataset="msrvtt")
-    with pytest.raises(ValueError, match="preset"):
-        UncertaintyGuidedIdentifier.from_preset("official")
 
 
 def test_presets():

@@ -151,11 +151,6 @@ def test_presets():
     assert IntraVideoEvidentialLoss.from_preset("release", "cha", tau=0.2).tau == 0.2
     with pytest.raises(TypeError, match="'temperature'"):
         IntraVideoEvidentialLoss.from_preset("release", "tvr", temperature=0.2)
-    assert IntraVideoEvidentialLoss.from_preset("release").tau == 0.06  # dataset=None: TVR
-    with pytest.raises(ValueError, match="dataset"):
-        IntraVideoEvidentialLoss.from_preset("release", dataset="msrvtt")
-    with pytest.raises(ValueError, match="preset"):
-        IntraVideoEvidentialLoss.from_preset("mine")
 
 
 def test_bad_arguments():
