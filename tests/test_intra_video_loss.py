@@ -154,14 +154,6 @@ def test_presets():
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="assignment"):
-        IntraVideoEvidentialLoss(assignment="argmax")
-    with pytest.raises(ValueError, match="tau"):
-        IntraVideoEvidentialLoss(tau=0.0)
-    with pytest.raises(ValueError, match="tanh_scaling"):
-        IntraVideoEvidentialLoss(tanh_scaling="middle")
-    with pytest.raises(TypeError, match="fot"):
-        IntraVideoEvidentialLoss(fot="release")
     with pytest.raises(ValueError, match="clip_mask"):
         IntraVideoEvidentialLoss()(torch.rand(1, 2, 3), None, torch.zeros(1, 3, dtype=torch.bool))
 
