@@ -20,11 +20,9 @@ never sees; the probe only stands in for a trained model so that the example run
 # GMMFormer on-disk layout, with ``planted_types.json`` (caption id to planted type) and
 # ``planted_events.json`` (each caption's video and event span). A smaller training split keeps it fast.
 
-import json
 import tempfile
 from pathlib import Path
 
-import h5py
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -36,6 +34,7 @@ from reference_models.holmes.data import (
     EmbeddedBenchmarkSpec,
     generate_embedded_benchmark,
     load_split,
+    planted_event_features,
     read_planted_types,
 )
 
@@ -44,7 +43,6 @@ root = Path(workdir.name)
 spec = EmbeddedBenchmarkSpec(n_train_videos=200, n_val_videos=10, n_test_videos=100)
 generate_embedded_benchmark(root, "embedded", seed=0, spec=spec)
 planted_types = read_planted_types(root, "embedded")
-events = json.loads((root / "embedded" / "planted_events.json").read_text())
 
 
 def caption_tokens(split):
@@ -60,15 +58,11 @@ print(f"train: {train.num_videos} videos, {train.num_captions} captions; "
 # %%
 # The probe
 # ---------
-# Ridge regression from a caption's mean token to the mean raw frame of its event span, fitted on the
-# training split.
+# Ridge regression from a caption's mean token to the mean raw frame of its event span
+# (:func:`~reference_models.holmes.data.planted_event_features`), fitted on the training split.
 
-with h5py.File(root / "embedded" / "FeatureData" / spec.visual_feature / "feature.hdf5", "r") as features:
-    targets = []
-    for caption in train.caption_ids:
-        start, end = events[caption]["span"]
-        targets.append(torch.from_numpy(features[events[caption]["video"]][start:end].mean(axis=0)))
-x, y = caption_tokens(train), torch.stack(targets).float()
+targets = planted_event_features(root, "embedded", spec.visual_feature, train.caption_ids)
+x, y = caption_tokens(train), torch.from_numpy(targets)
 probe = torch.linalg.solve(x.T @ x + torch.eye(x.shape[1]), x.T @ y)
 
 # %%

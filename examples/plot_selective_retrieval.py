@@ -22,12 +22,10 @@ seconds. The numbers printed below are what this probe measures, not the referen
 # event span, fitted on the training split. The validation split fits the identification thresholds; the
 # test split is evaluated.
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
-import h5py
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -40,6 +38,7 @@ from reference_models.holmes.data import (
     EmbeddedBenchmarkSpec,
     generate_embedded_benchmark,
     load_split,
+    planted_event_features,
     read_planted_types,
 )
 
@@ -49,7 +48,6 @@ root = Path(workdir.name)
 spec = EmbeddedBenchmarkSpec(n_train_videos=200, n_val_videos=100, n_test_videos=100)
 generate_embedded_benchmark(root, "embedded", seed=0, spec=spec)
 planted_types = read_planted_types(root, "embedded")
-events = json.loads((root / "embedded" / "planted_events.json").read_text())
 splits = {name: load_split(root, "embedded", spec.visual_feature, name) for name in ("train", "val", "test")}
 
 
@@ -58,12 +56,8 @@ def caption_tokens(split):
     return torch.stack([torch.from_numpy(split.read_query(i)).mean(dim=0) for i in range(split.num_captions)])
 
 
-with h5py.File(root / "embedded" / "FeatureData" / spec.visual_feature / "feature.hdf5", "r") as features:
-    targets = []
-    for caption in splits["train"].caption_ids:
-        begin, end = events[caption]["span"]
-        targets.append(torch.from_numpy(features[events[caption]["video"]][begin:end].mean(axis=0)))
-x, y = caption_tokens(splits["train"]), torch.stack(targets).float()
+targets = planted_event_features(root, "embedded", spec.visual_feature, splits["train"].caption_ids)
+x, y = caption_tokens(splits["train"]), torch.from_numpy(targets)
 probe = torch.linalg.solve(x.T @ x + torch.eye(x.shape[1]), x.T @ y)
 
 # %%

@@ -97,8 +97,9 @@ def test_every_preset_class_takes_the_same_call(cls):
         cls.from_preset("paper", dataset)
     # no data set: the TVR settings (a data set of one's own)
     assert repr(cls.from_preset("release")) == repr(cls.from_preset("release", "tvr"))
-    with pytest.raises(ValueError, match=r"dataset=None.*closest_dataset"):
-        cls.from_preset("release", "hiddenprvr")
+    for unknown in ("hiddenprvr", "msrvtt"):
+        with pytest.raises(ValueError, match=r"dataset=None.*closest_dataset"):
+            cls.from_preset("release", unknown)
     with pytest.raises(ValueError, match="preset"):
         cls.from_preset("official", "tvr")
     with pytest.raises(TypeError, match="'not_a_setting'"):
@@ -110,6 +111,32 @@ def test_release_aliases_are_the_same_settings():
     assert holmes_settings("release", "cha") == holmes_settings("release", "charades")
     assert holmes_settings("paper", "activitynet").model.max_query_len == 64  # App. A.1
     assert holmes_settings("release", "activitynet").model.max_query_len == 30
+
+
+# --- one refusal of a bad setting, naming it -----------------------------------------------------------------------
+#: Settings each module must refuse when it is built, as ``(name, value, error)``; the error names the setting.
+BAD_SETTINGS = {
+    ep.UncertaintyGuidedIdentifier: [("beta", 1.5, ValueError), ("tau", 0.0, ValueError),
+                                     ("entropy_median", "mean", ValueError), ("fusion", "vote", ValueError),
+                                     ("tanh_scaling", "none", ValueError)],
+    ep.EvidentialRetrievalLoss: [("gamma", -0.1, ValueError), ("beta", 2.0, ValueError), ("tau", -1.0, ValueError),
+                                 ("calibration_set", "all", ValueError), ("reduction", "max", ValueError),
+                                 ("calibrate", 1, TypeError)],
+    ep.IntraVideoEvidentialLoss: [("assignment", "argmax", ValueError), ("tau", 0.0, ValueError),
+                                  ("tanh_scaling", "middle", ValueError), ("fot", "release", TypeError)],
+    ep.BaseRetrievalLoss: [("div_weight", -1.0, ValueError)],
+    ep.TripletRankingLoss: [("video_negative", "easiest", ValueError)],
+}
+
+
+@pytest.mark.parametrize(
+    ("cls", "name", "value", "error"),
+    [(cls, *bad) for cls, bads in BAD_SETTINGS.items() for bad in bads],
+    ids=[f"{cls.__name__}-{bad[0]}" for cls, bads in BAD_SETTINGS.items() for bad in bads],
+)
+def test_a_module_refuses_a_bad_setting_naming_it(cls, name, value, error):
+    with pytest.raises(error, match=name):
+        cls(**{name: value})
 
 
 # --- one device policy and one mask rule ---------------------------------------------------------------------------

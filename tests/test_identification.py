@@ -217,21 +217,6 @@ def test_errors():
         ident(torch.empty(0, 4), torch.empty(0, 4), torch.empty(0, dtype=torch.long))
     with pytest.raises(ValueError, match="query_video"):
         ident(sim, sim, torch.tensor([0, 1, 9]))
-    with pytest.raises(ValueError, match="beta"):
-        UncertaintyGuidedIdentifier(beta=1.5)
-    with pytest.raises(ValueError, match="tau"):
-        UncertaintyGuidedIdentifier(tau=0.0)
-    with pytest.raises(ValueError, match="entropy_median"):
-        UncertaintyGuidedIdentifier(entropy_median="mean")
-    with pytest.raises(ValueError, match="fusion"):
-        UncertaintyGuidedIdentifier(fusion="vote")
-    with pytest.raises(ValueError, match="tanh_scaling"):
-        UncertaintyGuidedIdentifier(tanh_scaling="none")
-    assert UncertaintyGuidedIdentifier.from_preset("release").tau == 0.05  # dataset=None: TVR
-    with pytest.raises(ValueError, match="dataset"):
-        UncertaintyGuidedIdentifier.from_preset("release", dataset="msrvtt")
-    with pytest.raises(ValueError, match="preset"):
-        UncertaintyGuidedIdentifier.from_preset("official")
 
 
 def test_presets():

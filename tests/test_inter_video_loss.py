@@ -209,18 +209,6 @@ def test_presets_and_overrides():
 
 def test_errors():
     loss_fn = EvidentialRetrievalLoss()
-    with pytest.raises(ValueError, match="gamma"):
-        EvidentialRetrievalLoss(gamma=-0.1)
-    with pytest.raises(ValueError, match="beta"):
-        EvidentialRetrievalLoss(beta=2.0)
-    with pytest.raises(ValueError, match="tau"):
-        EvidentialRetrievalLoss(tau=-1.0)
-    with pytest.raises(ValueError, match="calibration_set"):
-        EvidentialRetrievalLoss(calibration_set="all")
-    with pytest.raises(ValueError, match="reduction"):
-        EvidentialRetrievalLoss(reduction="max")
-    with pytest.raises(TypeError, match="calibrate"):
-        EvidentialRetrievalLoss(calibrate=1)
     with pytest.raises(ValueError, match="frame_sim and clip_sim"):
         loss_fn(torch.randn(3, 4), torch.randn(4, 4), torch.arange(3))
     with pytest.raises(ValueError, match="query_video"):

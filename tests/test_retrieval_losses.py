@@ -328,10 +328,6 @@ def test_base_loss_presets_and_validation():
     assert ep.BaseRetrievalLoss.from_preset("paper").settings() == ep.BaseRetrievalLoss.from_preset("paper", "tvr").settings()
     with pytest.raises(TypeError, match="'marginn'"):
         ep.BaseRetrievalLoss.from_preset("release", "tvr", marginn=0.3)
-    with pytest.raises(ValueError, match="div_weight"):
-        ep.BaseRetrievalLoss(div_weight=-1.0)
-    with pytest.raises(ValueError, match="video_negative"):
-        ep.TripletRankingLoss(video_negative="easiest")
     assert ep.TripletRankingLoss.from_preset("release", "tvr").margin == 0.1
     assert ep.QueryDiversityLoss.from_preset("release", "act").delta == 0.2
     assert ep.InfoNCELoss.from_preset("release", "cha").video_to_text == "release"

@@ -76,7 +76,7 @@ from reference_models.engine.run_folder import (
     prepare_output_folder,
     unused_folder,
 )
-from reference_models.engine.task import StepTerms, TrainingSchedule, TrainingTask
+from reference_models.engine.task import StepTerms, TotalTerms, TrainingSchedule, TrainingTask
 from reference_models.engine.trainer import (
     Trainer,
     TrainResult,
@@ -85,7 +85,7 @@ from reference_models.engine.trainer import (
 )
 
 __all__ = [
-    "TrainingTask", "TrainingSchedule", "StepTerms", "ComparisonSpec", "QueryRanks", "ComparisonRunner",
+    "TrainingTask", "TrainingSchedule", "StepTerms", "TotalTerms", "ComparisonSpec", "QueryRanks", "ComparisonRunner",
     "Trainer", "TrainResult", "ResumeMismatchError", "TrainingDivergedError", "NonFiniteOutputError",
     "autocast_context", "all_finite",
     "UserError", "DataValidationError", "check_choice",

@@ -27,7 +27,7 @@ from reference_models.engine.distributed import DistributedRun
 from reference_models.engine.errors import UserError, check_choice
 from reference_models.engine.optimization import GRAD_CLIP_MODES, build_scheduler
 
-__all__ = ["TrainingSchedule", "TrainingTask", "StepTerms"]
+__all__ = ["TrainingSchedule", "TrainingTask", "StepTerms", "TotalTerms"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,17 @@ class StepTerms(Protocol):
 
     def scalars(self) -> dict[str, torch.Tensor]:
         """Scalar tensors by name (detached), averaged over the epoch and logged as ``loss/<name>``."""
+
+
+@dataclass
+class TotalTerms:
+    """The :class:`StepTerms` of a step whose loss is one term: ``total``, logged as ``loss/total``."""
+
+    total: torch.Tensor
+
+    def scalars(self) -> dict[str, torch.Tensor]:
+        """``{"total": total}``, detached."""
+        return {"total": self.total.detach()}
 
 
 class TrainingTask(metaclass=abc.ABCMeta):

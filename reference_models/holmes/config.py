@@ -44,7 +44,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 from evidential_prvr.presets import (
     BaseLossSettings,
@@ -58,8 +58,11 @@ from evidential_prvr.presets import (
     holmes_settings,
 )
 from evidential_prvr.presets import ModelSettings as RegistryModelSettings
-from reference_models.engine.errors import check_choice
-from reference_models.holmes.model import ModelSettings
+from reference_models.engine import GRAD_CLIP_MODES, LR_SCHEDULES, check_choice
+from reference_models.holmes.gaussian_attention import ATTENTION_MASKS, KERNELS
+from reference_models.holmes.model import PADDED_FRAMES, ModelSettings
+from reference_models.holmes.multi_width import WIDTH_WEIGHTINGS
+from reference_models.holmes.optimization import NO_DECAY_RULES, OPTIMIZERS
 
 __all__ = [
     "ModelSettings",
@@ -80,20 +83,6 @@ InterBranches = Literal["both", "frame", "clip"]
 Fusion = Literal["uncertainty_dominant", "confidence_dominant", "frame", "clip"]
 Calibration = Literal["full", "none", "initial_polysemous"]
 Assignment = Literal["fot", "ot", "softmax"]
-
-_METHODS = ("holmes", "baseline", "dab")
-_BRANCHES = ("both", "frame", "clip")
-_FUSIONS = ("uncertainty_dominant", "confidence_dominant", "frame", "clip")
-_CALIBRATIONS = ("full", "none", "initial_polysemous")
-_ASSIGNMENTS = ("fot", "ot", "softmax")
-_KERNELS = ("release", "symmetric", "paper")
-_WIDTH_WEIGHTINGS = ("cross_attention", "linear", "mean")
-_ATTENTION_MASKS = ("additive", "exclude")
-_PADDED_FRAMES = ("zero", "mask")
-_OPTIMIZERS = ("bert_adam", "adamw")
-_LR_SCHEDULES = ("bert_warmup_linear", "warmup_linear")
-_GRAD_CLIP_MODES = ("per_parameter", "global")
-_NO_DECAY = ("embedding_norms", "all_norms")
 
 _TVR = holmes_settings("release", "tvr")  # the defaults of the loss sections (the release's TVR settings)
 
@@ -210,11 +199,9 @@ class HolmesConfig:
         The loss sections check themselves (the library's dataclasses); this checks the others.
         """
         a = self.ablation
-        check_choice(a.method, "ablation.method", _METHODS)
-        check_choice(a.inter_branches, "ablation.inter_branches", _BRANCHES)
-        check_choice(a.fusion, "ablation.fusion", _FUSIONS)
-        check_choice(a.calibration, "ablation.calibration", _CALIBRATIONS)
-        check_choice(a.assignment, "ablation.assignment", _ASSIGNMENTS)
+        for name, kind in (("method", Method), ("inter_branches", InterBranches), ("fusion", Fusion),
+                           ("calibration", Calibration), ("assignment", Assignment)):
+            check_choice(getattr(a, name), f"ablation.{name}", get_args(kind))
         decay = a.threshold_decay
         if decay is not None and (isinstance(decay, bool) or not isinstance(decay, (int, float))
                                   or not 0 <= decay < 1):
@@ -223,11 +210,11 @@ class HolmesConfig:
         m, o, sch = self.model, self.optim, self.schedule
         for name in ("hidden_size", "num_heads", "num_blocks", "max_query_len", "n_clips", "n_frames"):
             _positive_int(getattr(m, name), f"model.{name}")
-        for name, choices in (("kernel", _KERNELS), ("width_weighting", _WIDTH_WEIGHTINGS),
-                              ("attention_mask", _ATTENTION_MASKS), ("padded_frames", _PADDED_FRAMES)):
+        for name, choices in (("kernel", KERNELS), ("width_weighting", WIDTH_WEIGHTINGS),
+                              ("attention_mask", ATTENTION_MASKS), ("padded_frames", PADDED_FRAMES)):
             check_choice(getattr(m, name), f"model.{name}", choices)
-        for name, choices in (("optimizer", _OPTIMIZERS), ("lr_schedule", _LR_SCHEDULES),
-                              ("grad_clip_mode", _GRAD_CLIP_MODES), ("no_decay", _NO_DECAY)):
+        for name, choices in (("optimizer", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES),
+                              ("grad_clip_mode", GRAD_CLIP_MODES), ("no_decay", NO_DECAY_RULES)):
             check_choice(getattr(o, name), f"optim.{name}", choices)
         for name in ("ffn_multiplier", "query_ffn_multiplier"):
             value = getattr(m, name)

@@ -45,7 +45,7 @@ from evidential_prvr.metrics import recall_at_k, risk_coverage
 from reference_models.engine import finite_or_none, load_checkpoint
 from reference_models.holmes import report
 from reference_models.holmes.config import HolmesConfig
-from reference_models.holmes.data import load_split, read_planted_types
+from reference_models.holmes.data import load_split, read_planted_events, read_planted_types
 from reference_models.holmes.data.layout import CollectionPaths, read_captions
 from reference_models.holmes.evaluate import TYPE_CODES, TYPE_NAMES
 from reference_models.holmes.factory import build_model
@@ -214,8 +214,10 @@ def run_diagnose(args: argparse.Namespace) -> int:
         planted = read_planted_types(args.data_root, args.collection)
     except (FileNotFoundError, ValueError):
         pass
-    events_path = Path(args.data_root) / args.collection / "planted_events.json"
-    events = json.loads(events_path.read_text(encoding="utf-8")) if events_path.is_file() else {}
+    try:
+        events = read_planted_events(args.data_root, args.collection)
+    except FileNotFoundError:
+        events = {}
 
     objective = HolmesObjective(cfg, cfg.model.hidden_size)
     uncertainty = RetrievalUncertainty.from_identifier(objective.identifier(), k=args.k)

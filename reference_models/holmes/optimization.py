@@ -20,14 +20,17 @@ engine's (:mod:`reference_models.engine.optimization`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from reference_models.engine import check_choice
 from reference_models.holmes.bert_adam import BertStyleAdam
-from reference_models.holmes.config import OptimSettings
 from reference_models.holmes.model import InputProjection, LearnedPositionalEmbedding
+
+if TYPE_CHECKING:  # the config validates its choices against this module's tuples, so it imports this module
+    from reference_models.holmes.config import OptimSettings
 
 __all__ = [
     "OPTIMIZERS",

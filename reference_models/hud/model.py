@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr.probabilistic import HUDObjective, QueryTokenAttention
+from reference_models.engine import TotalTerms
 from reference_models.hud.data import CVRBatch
 from reference_models.hud.losses import HardNegativeNCE
 
@@ -132,15 +133,8 @@ class ModelHoldsLoss(nn.Module):
     """The engine's objective for HUD: parameterless, since :class:`HUDObjective` lives in the model."""
 
 
-@dataclass
-class BaseTerms:
-    """The base's step terms: its hard-negative NCE."""
-
-    total: torch.Tensor
-
-    def scalars(self) -> dict[str, torch.Tensor]:
-        """``{"total": ...}`` detached."""
-        return {"total": self.total.detach()}
+class BaseTerms(TotalTerms):
+    """The base's step terms: its hard-negative NCE, the ``total``."""
 
 
 class BaseMethod:

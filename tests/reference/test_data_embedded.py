@@ -13,6 +13,8 @@ from reference_models.holmes.data import (
     EmbeddedBenchmarkSpec,
     generate_embedded_benchmark,
     load_split,
+    planted_event_features,
+    read_planted_events,
     read_planted_types,
     validate_data_root,
 )
@@ -88,7 +90,7 @@ def test_split_sizes_and_ranges(tiny):
         assert counts.min() >= spec.captions_per_video[0] and counts.max() <= spec.captions_per_video[1]
         for j in range(s.num_captions):
             assert spec.query_length[0] <= len(s.read_query(j)) <= spec.query_length[1]
-    events = json.loads((tiny / COLLECTION / "planted_events.json").read_text())
+    events = read_planted_events(tiny, COLLECTION)
     for cid, e in events.items():
         assert e["video"] == cid.split("#")[0]
         assert spec.video_length[0] <= e["video_length"] <= spec.video_length[1]
@@ -118,7 +120,7 @@ def test_planted_structure_is_in_the_features(tmp_path):
         polysemous_fraction=0.3, spurious_fraction=0.5,
     )
     coll = generate_embedded_benchmark(tmp_path, "emb", seed=1, spec=spec)
-    events = json.loads((coll / "planted_events.json").read_text())
+    events = read_planted_events(tmp_path, "emb")
     spurious, poly, frame_baseline, window_baseline = [], [], [], []
     with h5py.File(coll / "FeatureData" / spec.visual_feature / "feature.hdf5", "r") as f:
         videos = {k: f[k][...] for k in f}
@@ -156,6 +158,18 @@ def test_underdetermined_queries_carry_a_weaker_signal(tmp_path):
     assert np.median(norms["underdetermined"]) < 0.5 * np.median(norms["precise"])
 
 
+def test_planted_event_features_are_the_mean_frame_of_each_span_in_either_layout(tmp_path):
+    roots = {layout: make_tiny_benchmark(tmp_path / layout, layout, seed=5) for layout in ("hdf5", "bigfile")}
+    events = read_planted_events(roots["hdf5"], COLLECTION)
+    captions = sorted(events)[::-1]  # the order asked for, not the file's
+    with h5py.File(roots["hdf5"] / COLLECTION / "FeatureData" / FEATURE / "feature.hdf5", "r") as f:
+        expected = np.stack([f[events[c]["video"]][events[c]["span"][0] : events[c]["span"][1]].mean(0)
+                             for c in captions])
+    for root in roots.values():
+        got = planted_event_features(root, COLLECTION, FEATURE, captions)
+        assert got.dtype == np.float32 and np.array_equal(got, expected)
+
+
 def test_both_layouts_write_the_same_planted_types(tmp_path):
     a = make_tiny_benchmark(tmp_path / "h", "hdf5", seed=4)
     b = make_tiny_benchmark(tmp_path / "b", "bigfile", seed=4)
@@ -187,10 +201,12 @@ def test_generator_rejects_bad_arguments(tmp_path):
         generate_embedded_benchmark(tmp_path, spec={"n_train_videos": 3})
 
 
-def test_read_planted_types_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="planted_types.json"):
-        read_planted_types(tmp_path, "missing")
+@pytest.mark.parametrize(("read", "name"), [(read_planted_types, "planted_types.json"),
+                                            (read_planted_events, "planted_events.json")])
+def test_read_planted_errors(tmp_path, read, name):
+    with pytest.raises(FileNotFoundError, match=name):
+        read(tmp_path, "missing")
     (tmp_path / "c").mkdir()
-    (tmp_path / "c" / "planted_types.json").write_text('{"a#enc#0": "vague"}')
-    with pytest.raises(ValueError, match="planted_types.json"):
-        read_planted_types(tmp_path, "c")
+    (tmp_path / "c" / name).write_text('{"a#enc#0": "vague"}')
+    with pytest.raises(ValueError, match=name):
+        read(tmp_path, "c")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from torch import nn
 from reference_models.engine import (
     NonFiniteOutputError,
     ResumeMismatchError,
+    TotalTerms,
     Trainer,
     TrainingDivergedError,
     TrainingSchedule,
@@ -27,14 +27,6 @@ from reference_models.engine import (
     run_main,
     write_json,
 )
-
-
-@dataclass
-class Terms:
-    total: torch.Tensor
-
-    def scalars(self) -> dict[str, torch.Tensor]:
-        return {"total": self.total.detach()}
 
 
 class Batches:
@@ -92,7 +84,7 @@ class ToyTask(TrainingTask):
         self.calls += 1
         if self.calls == self.poison_step:
             raise NonFiniteOutputError("scores are not finite")
-        return Terms(objective(model(self.x[batch].to(device)), self.y[batch].to(device)))
+        return TotalTerms(objective(model(self.x[batch].to(device)), self.y[batch].to(device)))
 
     def build_optimizer(self, modules):
         return torch.optim.AdamW([p for m in modules for p in m.parameters()], lr=self.lr)

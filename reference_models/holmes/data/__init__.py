@@ -14,6 +14,8 @@ from reference_models.holmes.data.embedded import (
     EmbeddedBenchmarkSpec,
     benchmark_spec,
     generate_embedded_benchmark,
+    planted_event_features,
+    read_planted_events,
     read_planted_types,
 )
 from reference_models.engine.errors import DataValidationError
@@ -53,6 +55,8 @@ __all__ = [
     "BENCHMARKS",
     "benchmark_spec",
     "read_planted_types",
+    "read_planted_events",
+    "planted_event_features",
     "VisualFeatureFormat",
     "register_visual_format",
     "visual_format",

@@ -4,25 +4,43 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
 __all__ = ["TrainBatch", "VideoBatch", "QueryBatch", "collate_videos", "collate_queries"]
 
+_B = TypeVar("_B", bound="_Batch")
 
-def _move(batch, device: torch.device | str, non_blocking: bool):
-    """A copy of a batch dataclass with every tensor field moved to ``device``."""
-    changes = {
-        f.name: getattr(batch, f.name).to(device, non_blocking=non_blocking)
-        for f in fields(batch)
-        if isinstance(getattr(batch, f.name), torch.Tensor)
-    }
-    return replace(batch, **changes)
+
+class _Batch:
+    """What every batch dataclass here has: :meth:`to`."""
+
+    def to(self: _B, device: torch.device | str, non_blocking: bool = False) -> _B:
+        """A copy with every tensor on ``device``."""
+        batch: Any = self
+        changes = {
+            f.name: getattr(batch, f.name).to(device, non_blocking=non_blocking)
+            for f in fields(batch)
+            if isinstance(getattr(batch, f.name), torch.Tensor)
+        }
+        return replace(batch, **changes)
+
+
+class _VideoSide(_Batch):
+    """A batch that holds videos, one ``clip_feats [V, M_c, D_v]`` row each."""
+
+    clip_feats: torch.Tensor
+
+    @property
+    def clip_mask(self) -> torch.Tensor:
+        """All-True ``bool [V, M_c]``: every clip segment is real (an empty segment takes one frame)."""
+        return torch.ones(self.clip_feats.shape[:2], dtype=torch.bool, device=self.clip_feats.device)
 
 
 @dataclass(frozen=True)
-class VideoBatch:
+class VideoBatch(_VideoSide):
     """Videos for encoding at evaluation time.
 
     Attributes
@@ -41,18 +59,9 @@ class VideoBatch:
     frame_mask: torch.Tensor
     video_ids: list[str]
 
-    @property
-    def clip_mask(self) -> torch.Tensor:
-        """All-True ``bool [V, M_c]``: every clip segment is real (an empty segment takes one frame)."""
-        return torch.ones(self.clip_feats.shape[:2], dtype=torch.bool, device=self.clip_feats.device)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> VideoBatch:
-        """A copy with every tensor on ``device``."""
-        return _move(self, device, non_blocking)
-
 
 @dataclass(frozen=True)
-class QueryBatch:
+class QueryBatch(_Batch):
     """Queries for encoding at evaluation time.
 
     Attributes
@@ -71,13 +80,9 @@ class QueryBatch:
     caption_ids: list[str]
     video_index: torch.Tensor
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> QueryBatch:
-        """A copy with every tensor on ``device``."""
-        return _move(self, device, non_blocking)
-
 
 @dataclass(frozen=True)
-class TrainBatch:
+class TrainBatch(_VideoSide):
     """A training batch: ``V`` videos with all of their ``Q`` captions.
 
     Attributes
@@ -105,15 +110,6 @@ class TrainBatch:
     query_video: torch.Tensor
     video_ids: list[str]
     caption_ids: list[str]
-
-    @property
-    def clip_mask(self) -> torch.Tensor:
-        """All-True ``bool [V, M_c]``: every clip segment is real (an empty segment takes one frame)."""
-        return torch.ones(self.clip_feats.shape[:2], dtype=torch.bool, device=self.clip_feats.device)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> TrainBatch:
-        """A copy with every tensor on ``device``."""
-        return _move(self, device, non_blocking)
 
 
 def collate_videos(

@@ -49,11 +49,14 @@ Written files (under ``<root>/<collection>``): the three caption files, the RoBE
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from reference_models.holmes.data.features import open_visual_reader
 from reference_models.holmes.data.layout import CollectionPaths
 from reference_models.holmes.data.visual_formats import visual_format
 
@@ -63,6 +66,8 @@ __all__ = [
     "EmbeddedBenchmarkSpec",
     "benchmark_spec",
     "generate_embedded_benchmark",
+    "planted_event_features",
+    "read_planted_events",
     "read_planted_types",
 ]
 
@@ -371,3 +376,39 @@ def read_planted_types(root: str | Path, collection: str = "embedded") -> dict[s
     if not isinstance(data, dict) or not all(v in PLANTED_TYPES for v in data.values()):
         raise ValueError(f"{path}: expected a JSON object mapping caption ids to one of {PLANTED_TYPES}")
     return {str(k): str(v) for k, v in data.items()}
+
+
+def read_planted_events(root: str | Path, collection: str = "embedded") -> dict[str, dict[str, Any]]:
+    """The planted event of every caption id (``planted_events.json``): its ``type``, ``video``, ``span``
+    (``[start, end)`` frames), ``video_length``, ``sharing_videos`` and ``spurious_videos``."""
+    path = Path(root) / collection / "planted_events.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing planted_events.json (not an embedded benchmark?)")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not all(isinstance(v, dict) and "span" in v for v in data.values()):
+        raise ValueError(f"{path}: expected a JSON object mapping caption ids to their planted events")
+    return data
+
+
+def planted_event_features(
+    root: str | Path, collection: str, visual_feature: str, caption_ids: Sequence[str]
+) -> np.ndarray:
+    """The mean raw frame feature over each caption's planted event span, ``float32 [len(caption_ids), D_v]``.
+
+    What each caption describes, read off the features with the planted spans (which a PRVR model never sees):
+    the target of a probe that stands in for a trained model. Reads either visual-feature layout.
+    """
+    events = read_planted_events(root, collection)
+    reader = open_visual_reader(CollectionPaths(Path(root), collection, visual_feature))
+    frames: dict[str, np.ndarray] = {}
+    rows = []
+    try:
+        for caption in caption_ids:
+            event = events[caption]
+            if event["video"] not in frames:
+                frames[event["video"]] = reader.read(event["video"])
+            start, end = event["span"]
+            rows.append(frames[event["video"]][start:end].mean(axis=0))
+    finally:
+        reader.close()
+    return np.stack(rows)
