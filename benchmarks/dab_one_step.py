@@ -17,6 +17,7 @@ the one-step bridge at <= 1.3x the base.
 Example (the numbers in docs/guide/dab.rst)::
 
     OMP_NUM_THREADS=1 python benchmarks/dab_one_step.py --threads 1 --gallery 1000 --repeats 15
+    OMP_NUM_THREADS=1 python benchmarks/dab_one_step.py --threads 1 --gallery 1000 --repeats 15 --validate off
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+import evidential_prvr
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
@@ -48,6 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--validate", choices=("on", "off"), default="on",
+                        help="the library's finiteness checks (evidential_prvr.set_default_validate_args; default on, "
+                             "the library's default; off, a deployment's)")
     return parser.parse_args(argv)
 
 
@@ -73,6 +79,7 @@ def per_query_ms(fn: Callable[[], object], count: int, device: torch.device) -> 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
+    evidential_prvr.set_default_validate_args(args.validate == "on")
     device = torch.device(args.device)
     dim = PRESETS["msrvtt-regime"].backbone.hidden
     g = torch.Generator().manual_seed(0)
@@ -102,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     b = PRESETS["msrvtt-regime"]
     print(f"msrvtt-regime models: Gaussian dim {b.head.gaussian_dim}, T' = {b.bridge.n_steps}; gallery {args.gallery} "
           f"videos x {args.frames} frames; {args.queries} queries x {args.repeats} repeats; threads "
-          f"{torch.get_num_threads()}; {device}")
+          f"{torch.get_num_threads()}; {device}; validate_args {args.validate}")
     print(f"{'model':<12} {'one at a time ms':>17} {'x base':>7} {'in a batch ms':>14} {'x base':>7}")
     for name in MODELS:
         one, many = medians[name, "single"], medians[name, "batch"]

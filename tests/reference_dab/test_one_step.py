@@ -3,6 +3,9 @@ and the Gaussian head at the backbone's width (``head.mean_init``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +126,13 @@ def test_one_step_runs_of_a_comparison_distil_the_dab_run_and_resume_to_the_same
     redone = load_checkpoint(fresh / "dab-onestep" / DISTILLED_NAME)["model"]
     for key, value in saved["model"].items():
         assert torch.equal(redone[key], value), key
+
+
+def test_the_timing_benchmark_runs() -> None:
+    """``benchmarks/dab_one_step.py`` at a tiny size (nothing is timed against a target here)."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "dab_one_step.py"), "--gallery", "8", "--queries",
+                          "2", "--repeats", "1", "--threads", "1", "--validate", "off"], cwd=root, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "one-step bridge / base, one at a time" in run.stdout and "dab-onestep" in run.stdout
