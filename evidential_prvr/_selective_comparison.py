@@ -59,8 +59,9 @@ def _check_metric(metric: object) -> _Metric:
     raise ValueError(f"metric must be 'AURC' or 'R@K@C%' (K >= 1, C in (0, 100]), got {metric!r}")
 
 
-def _per_run(confidence: torch.Tensor, ranks: torch.Tensor, n: torch.Tensor, metric: _Metric) -> torch.Tensor:
-    """The figure of every run along the last dimension, ``[..., Q] -> [...]``.
+def _per_run(confidence: torch.Tensor, ranks: torch.Tensor, n: torch.Tensor,
+             metrics: Sequence[_Metric]) -> torch.Tensor:
+    """The figures of every run along the last dimension, ``[..., Q] -> [len(metrics), ...]`` (one sort for all).
 
     Only the first ``n[...]`` queries of a row count (the rest is padding). The operating points are one per
     distinct confidence, as in :func:`~evidential_prvr.metrics.risk_coverage`; AURC as
@@ -73,36 +74,41 @@ def _per_run(confidence: torch.Tensor, ranks: torch.Tensor, n: torch.Tensor, met
     values = confidence.masked_fill(~valid, -torch.inf)  # finite confidences: padding sorts last
     order = values.argsort(dim=-1, descending=True, stable=True)
     ordered = values.gather(-1, order)
-    hit = (ranks.gather(-1, order) <= metric.k) & valid
+    ordered_ranks = ranks.gather(-1, order)
     # the last query of each group of equal confidence ends an operating point
     ends = valid & torch.cat([ordered[..., :-1] != ordered[..., 1:],
                               torch.ones_like(ordered[..., :1], dtype=torch.bool)], dim=-1)
     # the previous operating point's last position (-1: none), for every position
     marked = torch.where(ends, position, torch.full_like(position, -1))
     before = torch.cat([torch.full_like(marked[..., :1], -1), marked.cummax(dim=-1).values[..., :-1]], dim=-1)
-    hits = hit.to(torch.float64).cumsum(dim=-1)
-    accepted = (position + 1).to(torch.float64).expand_as(hits)
+    accepted = (position + 1).to(torch.float64)
     nf = n.to(torch.float64)
-    if metric.kind == "aurc":
-        risk = 1.0 - hits / accepted
-        coverage = accepted / nf[..., None]
-        previous = before.clamp_min(0)
-        prev_risk, prev_coverage = risk.gather(-1, previous), coverage.gather(-1, previous)
-        first = before < 0
-        area = torch.where(first, coverage * risk, (coverage - prev_coverage) * 0.5 * (risk + prev_risk))
-        return (area * ends).sum(dim=-1)
-    # the operating point reached at the target count: the group holding position ceil(target) - 1
-    target = metric.coverage * nf
-    at = (torch.ceil(target - 1e-9 * nf) - 1).clamp_min(0).long()
-    big = torch.full_like(position, q)
-    next_end = torch.where(ends, position, big).flip(-1).cummin(dim=-1).values.flip(-1)
-    end = next_end.gather(-1, at[..., None])  # [..., 1]
-    start = before.gather(-1, end)
-    hits_end = hits.gather(-1, end)
-    hits_start = torch.where(start >= 0, hits.gather(-1, start.clamp_min(0)), torch.zeros_like(hits_end))
-    n_end, n_start = (end + 1).to(torch.float64), (start + 1).to(torch.float64)
-    answered = hits_start + (target[..., None] - n_start) * (hits_end - hits_start) / (n_end - n_start)
-    return (100.0 * answered / target[..., None]).squeeze(-1)
+    next_end: torch.Tensor | None = None
+    out = []
+    for metric in metrics:
+        hits = ((ordered_ranks <= metric.k) & valid).to(torch.float64).cumsum(dim=-1)
+        if metric.kind == "aurc":
+            risk = 1.0 - hits / accepted
+            coverage = accepted / nf[..., None]
+            previous = before.clamp_min(0)
+            prev_risk, prev_coverage = risk.gather(-1, previous), coverage.gather(-1, previous)
+            area = torch.where(before < 0, coverage * risk, (coverage - prev_coverage) * 0.5 * (risk + prev_risk))
+            out.append((area * ends).sum(dim=-1))
+            continue
+        if next_end is None:  # for every position, the last position of its group
+            big = torch.full_like(position, q)
+            next_end = torch.where(ends, position, big).flip(-1).cummin(dim=-1).values.flip(-1)
+        # the operating point reached at the target count: the group holding position ceil(target) - 1
+        target = metric.coverage * nf
+        at = (torch.ceil(target - 1e-9 * nf) - 1).clamp_min(0).long()
+        end = next_end.gather(-1, at[..., None])  # [..., 1]
+        start = before.gather(-1, end)
+        hits_end = hits.gather(-1, end)
+        hits_start = torch.where(start >= 0, hits.gather(-1, start.clamp_min(0)), torch.zeros_like(hits_end))
+        n_end, n_start = (end + 1).to(torch.float64), (start + 1).to(torch.float64)
+        answered = hits_start + (target[..., None] - n_start) * (hits_end - hits_start) / (n_end - n_start)
+        out.append((100.0 * answered / target[..., None]).squeeze(-1))
+    return torch.stack(out)
 
 
 def selective_run_metric(confidence: torch.Tensor, ranks: torch.Tensor, metric: str) -> torch.Tensor:
@@ -160,7 +166,7 @@ def selective_run_metric(confidence: torch.Tensor, ranks: torch.Tensor, metric: 
     if bool((ranks < 1).any()):
         raise ValueError(f"ranks must be 1-based (>= 1), got a minimum of {float(ranks.min()):g}")
     n = torch.full(confidence.shape[:-1], confidence.shape[-1], dtype=torch.long, device=confidence.device)
-    return _per_run(confidence.double(), ranks.double(), n, parsed)
+    return _per_run(confidence.double(), ranks.double(), n, [parsed])[0]
 
 
 def _check_model(confidence: Runs, ranks: Runs, name: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -178,23 +184,25 @@ def _check_model(confidence: Runs, ranks: Runs, name: str) -> tuple[list[torch.T
 
 
 def _replicate_model(confidence: torch.Tensor, ranks: torch.Tensor, seeds: torch.Tensor, inst: torch.Tensor,
-                     u_seed: torch.Tensor, qidx: torch.Tensor, nq: torch.Tensor, metric: _Metric) -> torch.Tensor:
-    """One model's figure in each replicate of a chunk, ``[b]``: the mean over the drawn instances of the mean
+                     u_seed: torch.Tensor, qidx: torch.Tensor, nq: torch.Tensor,
+                     metrics: Sequence[_Metric]) -> torch.Tensor:
+    """One model's figures in each replicate of a chunk, ``[M, b]``: the mean over the drawn instances of the mean
     over the drawn seeds of the figure of each drawn run on the drawn queries (the levels of
     :func:`~evidential_prvr.metrics.hierarchical_bootstrap`)."""
     ns = seeds[inst]  # [b, I]
     sidx = torch.minimum((u_seed * ns[..., None]).long(), ns[..., None] - 1)  # [b, I, S_max]
     svalid = torch.arange(u_seed.shape[-1])[None, None, :] < ns[..., None]
     where = (inst[..., None, None], sidx[..., :, None], qidx[..., None, :])
-    per_run = _per_run(confidence[where], ranks[where], nq[..., None].expand(sidx.shape), metric)  # [b, I, S]
+    per_run = _per_run(confidence[where], ranks[where], nq[..., None].expand(sidx.shape), metrics)  # [M, b, I, S]
     return ((per_run * svalid).sum(dim=-1) / ns).mean(dim=-1)
 
 
 def _replicates(method: tuple[list[torch.Tensor], list[torch.Tensor]],
-                base: tuple[list[torch.Tensor], list[torch.Tensor]], metric: _Metric, n_boot: int,
+                base: tuple[list[torch.Tensor], list[torch.Tensor]], metrics: Sequence[_Metric], n_boot: int,
                 generator: torch.Generator) -> torch.Tensor:
-    """``[n_boot]`` replicate differences method - base, drawn as :func:`~evidential_prvr.metrics.hierarchical_bootstrap`
-    draws them (the same chunks, the same calls to the generator in the same order)."""
+    """``[M, n_boot]`` replicate differences method - base of each metric, all from one set of resamples drawn as
+    :func:`~evidential_prvr.metrics.hierarchical_bootstrap` draws them (the same chunks, the same calls to the
+    generator in the same order)."""
     (m_conf, _), (m_rank, m_seeds) = _padded(method[0]), _padded(method[1])
     (b_conf, _), (b_rank, b_seeds) = _padded(base[0]), _padded(base[1])
     n_inst, q_max = len(method[0]), m_rank.shape[2]
@@ -211,15 +219,16 @@ def _replicates(method: tuple[list[torch.Tensor], list[torch.Tensor]],
         nq = n_queries[inst]  # [b, I]
         qidx = torch.minimum((u_q * nq[..., None]).long(), nq[..., None] - 1)
         qidx = torch.where(torch.arange(q_max)[None, None, :] < nq[..., None], qidx, torch.zeros_like(qidx))
-        stat_m = _replicate_model(m_conf, m_rank, m_seeds, inst, u_m, qidx, nq, metric)
-        stat_b = _replicate_model(b_conf, b_rank, b_seeds, inst, u_b, qidx, nq, metric)
+        stat_m = _replicate_model(m_conf, m_rank, m_seeds, inst, u_m, qidx, nq, metrics)
+        stat_b = _replicate_model(b_conf, b_rank, b_seeds, inst, u_b, qidx, nq, metrics)
         out.append(stat_m - stat_b)
-    return torch.cat(out)
+    return torch.cat(out, dim=1)
 
 
-def _point(confidence: list[torch.Tensor], ranks: list[torch.Tensor], metric: _Metric) -> tuple[float, float, int]:
+def _point(confidence: list[torch.Tensor], ranks: list[torch.Tensor],
+           metric: _Metric) -> tuple[float, float, int]:
     """Mean over instances of the mean over seeds, the s.d. over all runs (ddof 1) and the number of runs."""
-    per_run = [_per_run(c, r, torch.full(c.shape[:1], c.shape[1]), metric) for c, r in zip(confidence, ranks)]
+    per_run = [_per_run(c, r, torch.full(c.shape[:1], c.shape[1]), [metric])[0] for c, r in zip(confidence, ranks)]
     flat = torch.cat(per_run)
     mean = float(torch.stack([v.mean() for v in per_run]).mean())
     sd = float(flat.std(unbiased=True)) if flat.numel() > 1 else float("nan")
@@ -270,8 +279,9 @@ def compare_selective_runs(
     level : float
         Nominal coverage in (0, 1).
     generator : torch.Generator or int, optional
-        The random stream (an int: a generator seeded with it per metric, so every metric uses the same
-        resamples).
+        The random stream. An int: every metric from the same resamples (those ``compare_runs`` draws with that
+        int), all figures computed from one sort per resampled run; ``None``: the same with a fresh seed; a
+        ``torch.Generator``: drawn from by each metric in turn, in the order of ``metrics``.
 
     Returns
     -------
@@ -314,17 +324,18 @@ def compare_selective_runs(
         if x.shape[1] != y.shape[1]:
             raise ValueError(f"instance {i}: method and base must rank the same queries (paired), got "
                              f"{x.shape[1]} and {y.shape[1]} queries")
-    seed = int(generator) if isinstance(generator, (int, np.integer)) else None
-    if generator is None:
-        generator = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (1,))))
-    results: dict[str, RunComparison] = {}
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    for name, metric in parsed.items():
-        stream = torch.Generator().manual_seed(seed) if seed is not None else generator
-        assert isinstance(stream, torch.Generator)
+    if isinstance(generator, torch.Generator):  # drawn from by each metric in turn, as compare_runs does
+        replicates = torch.cat([_replicates(method, base, [metric], int(n_boot), generator)
+                                for metric in parsed.values()])
+    else:  # an int (or a fresh seed): every metric from the same resamples, computed together
+        seed = int(generator) if generator is not None else int(torch.randint(0, 2**62, (1,)))
+        replicates = _replicates(method, base, list(parsed.values()), int(n_boot), torch.Generator().manual_seed(seed))
+    results: dict[str, RunComparison] = {}
+    for (name, metric), values in zip(parsed.items(), replicates):
         m_mean, m_sd, m_n = _point(*method, metric)
         b_mean, b_sd, b_n = _point(*base, metric)
-        low, high = torch.quantile(_replicates(method, base, metric, int(n_boot), stream), q).tolist()
+        low, high = torch.quantile(values, q).tolist()
         results[name] = RunComparison(name, m_mean, m_sd, b_mean, b_sd, m_n, b_n, m_mean - b_mean, low, high,
                                       float(level), int(n_boot), metric.kind != "aurc")
     return results

@@ -148,6 +148,16 @@ def test_a_confidence_that_knows_the_errors_beats_a_blind_one() -> None:
     assert math.isclose(swapped.difference, -result["AURC"].difference)
 
 
+def test_metrics_computed_together_are_those_computed_alone() -> None:
+    g = torch.Generator().manual_seed(6)
+    confidence, ranks = _runs(g, [(2, 25), (3, 18)])
+    base_conf, base_ranks = _runs(g, [(3, 25), (1, 18)])
+    together = compare_selective_runs(confidence, ranks, base_conf, base_ranks, n_boot=120, generator=2)
+    for name in SELECTIVE_METRICS:
+        alone = compare_selective_runs(confidence, ranks, base_conf, base_ranks, (name,), n_boot=120, generator=2)
+        assert alone[name] == together[name]
+
+
 def test_a_generator_object_is_drawn_from_in_turn() -> None:
     g = torch.Generator().manual_seed(3)
     confidence, ranks = _runs(g, [(2, 20)])
