@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from evidential_prvr._paired_comparison import _BLOCK_ELEMENTS, RunComparison, Runs, _as_runs, _padded
+from evidential_prvr._paired_comparison import RunComparison, Runs, _as_runs, _padded, _resamples
 
 __all__ = ["SELECTIVE_METRICS", "compare_selective_runs", "selective_run_metric"]
 
@@ -205,22 +205,10 @@ def _replicates(method: tuple[list[torch.Tensor], list[torch.Tensor]],
     generator in the same order)."""
     (m_conf, _), (m_rank, m_seeds) = _padded(method[0]), _padded(method[1])
     (b_conf, _), (b_rank, b_seeds) = _padded(base[0]), _padded(base[1])
-    n_inst, q_max = len(method[0]), m_rank.shape[2]
-    n_queries = torch.tensor([r.shape[1] for r in method[1]])
-    per_replicate = n_inst * (m_rank.shape[1] + b_rank.shape[1]) * q_max
-    chunk = max(1, min(n_boot, _BLOCK_ELEMENTS // per_replicate))
     out = []
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        inst = torch.randint(n_inst, (b, n_inst), generator=generator)
-        u_m = torch.rand(b, n_inst, m_rank.shape[1], generator=generator, dtype=torch.float64)
-        u_b = torch.rand(b, n_inst, b_rank.shape[1], generator=generator, dtype=torch.float64)
-        u_q = torch.rand(b, n_inst, q_max, generator=generator, dtype=torch.float64)
-        nq = n_queries[inst]  # [b, I]
-        qidx = torch.minimum((u_q * nq[..., None]).long(), nq[..., None] - 1)
-        qidx = torch.where(torch.arange(q_max)[None, None, :] < nq[..., None], qidx, torch.zeros_like(qidx))
-        stat_m = _replicate_model(m_conf, m_rank, m_seeds, inst, u_m, qidx, nq, metrics)
-        stat_b = _replicate_model(b_conf, b_rank, b_seeds, inst, u_b, qidx, nq, metrics)
+    for d in _resamples(n_boot, None, m_seeds, b_seeds, [r.shape[1] for r in method[1]], generator):
+        stat_m = _replicate_model(m_conf, m_rank, m_seeds, d.inst, d.u_method, d.qidx, d.nq, metrics)
+        stat_b = _replicate_model(b_conf, b_rank, b_seeds, d.inst, d.u_base, d.qidx, d.nq, metrics)
         out.append(stat_m - stat_b)
     return torch.cat(out, dim=1)
 
