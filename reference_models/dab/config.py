@@ -25,16 +25,16 @@ COSTS = ("kl", "w2")
 #: How the Gaussian variants rank, by their cost (``cost``, DAB's) or by the squared distance between the
 #: (bridged) text mean and the video mean (``mean_distance``; the training loss is PAC over the cost either way).
 RANKINGS = ("cost", "mean_distance")
-#: How the mean layer of DAB's Gaussian head starts: PyTorch's default (``random``), or at the identity with a
-#: zero bias (``identity``: the Gaussian mean starts as the layer-normalised embedding itself, as the identity
+#: The start of the mean layer of DAB's Gaussian head, PyTorch's default (``random``) or the identity with a
+#: zero bias (``identity``, so the Gaussian mean starts as the layer-normalised embedding itself, as the identity
 #: encoders start the base at the features' cosine; needs ``head.gaussian_dim = backbone.hidden``).
 MEAN_INITS = ("random", "identity")
 #: What DAB's bridge sees, the text Gaussian alone (``text``, one chain per text, shared by every video) or the
 #: text and its target video Gaussian (``video``, one chain per text-video pair, with the contraction bound).
 BRIDGE_CONDITIONS = ("text", "video")
-#: How DAB's text-only bridge answers a query: with its ``T'``-step chain (``none``, DAB's), or with a one-step
-#: student distilled from the trained chain after training (``one-step``: DAB's "one-step bridge distillation",
-#: named as future work; :mod:`reference_models.dab.distill`).
+#: The bridge that answers a query in DAB's text-only variant, its ``T'``-step chain (``none``, DAB's) or a
+#: one-step student distilled from the trained chain after training (``one-step``, DAB's "one-step bridge
+#: distillation", named as future work; :mod:`reference_models.dab.distill`).
 DISTILL_MODES = ("none", "one-step")
 #: The frame pooling, CLIP4Clip's mean of the frame tokens or X-Pool's text-conditioned attention.
 POOLINGS = ("mean", "xpool")

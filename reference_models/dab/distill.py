@@ -11,7 +11,7 @@ lands, from the text Gaussians of every training caption. The model then answers
 
 The stage is deterministic in its seed (the caption order of each epoch comes from its own generator) and its
 result is written atomically to ``distilled.pt`` (a checkpoint of the whole model, the student included, that
-:func:`~reference_models.dab.cli.load_trained` reads); a run that finds that file with the same teacher and
+``python -m reference_models.dab evaluate --checkpoint <run>/distilled.pt`` reads); a run that finds that file with the same teacher and
 settings loads it instead of distilling again, so an interrupted run resumes to the same model.
 """
 
