@@ -316,9 +316,10 @@ def preset(name: str) -> T2VConfig:
 #: Every DAB ablation, as its changes to DAB's config (keyword arguments of
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
-#: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions and a random mean layer (the
-#: ``msrvtt-regime`` preset before issue 35). ``demo --ablations`` trains :data:`DEMO_ABLATIONS`; the comparison
-#: tool offers every one as a method (``--methods``), where ``dab-meandist`` and ``dab-onestep`` train nothing of
+#: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions, a random mean layer and PAC
+#: temperature 4 (the ``msrvtt-regime`` preset before issue 35). ``demo --ablations`` trains
+#: :data:`DEMO_ABLATIONS`; the comparison tool offers every one as a method (``--methods``), where
+#: ``dab-meandist`` and ``dab-onestep`` train nothing of
 #: their own: the first ranks the ``dab`` run's checkpoint, the second distils that checkpoint's bridge into one
 #: step (:mod:`reference_models.dab.distill`) and answers with it.
 ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
@@ -331,7 +332,7 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-T8": {"bridge": {"n_steps": 8}},
     "dab-T64": {"bridge": {"n_steps": 64}},
     "dab-meandist": {"head": {"ranking": "mean_distance"}},
-    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random"}},
+    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random", "tau": 4.0}},
     "dab-onestep": {"bridge": {"distill": "one-step"}},
     "dab-meanrandom": {"head": {"mean_init": "random"}},
     "dab-tau16": {"head": {"tau": 16.0}},

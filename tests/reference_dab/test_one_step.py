@@ -70,7 +70,7 @@ def test_identity_start_of_the_mean_head() -> None:
     torch.testing.assert_close(model.gaussian_head(x).mu, model.gaussian_head.mean_norm(normalised))
     # the 64-d row of the comparison goes back to a random mean layer
     narrow = ablation_config(config, "dab-64")
-    assert (narrow.head.gaussian_dim, narrow.head.mean_init) == (64, "random")
+    assert (narrow.head.gaussian_dim, narrow.head.mean_init, narrow.head.tau) == (64, "random", 4.0)
 
 
 def test_the_distillation_stage_trains_the_student_toward_the_chain() -> None:
