@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -305,26 +306,47 @@ def hierarchical_bootstrap(
         raise TypeError(f"generator must be a torch.Generator, an int or None, got {type(generator).__name__}")
     m_vals, m_seeds = _padded(m_runs)
     b_vals, b_seeds = _padded(b_runs)
-    n_inst, q_max = len(m_runs), m_vals.shape[2]
-    n_queries = torch.tensor([r.shape[1] for r in m_runs])
-    if chunk is None:
-        per_replicate = n_inst * (m_vals.shape[1] + b_vals.shape[1]) * q_max
-        chunk = max(1, min(int(n_boot), _BLOCK_ELEMENTS // per_replicate))
     out = []
-    for start in range(0, int(n_boot), int(chunk)):
-        b = min(int(chunk), int(n_boot) - start)
-        inst = torch.randint(n_inst, (b, n_inst), generator=generator)
-        u_m = torch.rand(b, n_inst, m_vals.shape[1], generator=generator, dtype=torch.float64)
-        u_b = torch.rand(b, n_inst, b_vals.shape[1], generator=generator, dtype=torch.float64)
-        u_q = torch.rand(b, n_inst, q_max, generator=generator, dtype=torch.float64)
-        nq = n_queries[inst]  # [b, I]
-        qidx = torch.minimum((u_q * nq[..., None]).long(), nq[..., None] - 1)
-        qvalid = torch.arange(q_max)[None, None, :] < nq[..., None]
-        qidx = torch.where(qvalid, qidx, torch.zeros_like(qidx))
-        stat_m = _replicate_model(m_vals, m_seeds, inst, u_m, qidx, qvalid, nq, kind, k, ks)
-        stat_b = _replicate_model(b_vals, b_seeds, inst, u_b, qidx, qvalid, nq, kind, k, ks)
+    for d in _resamples(int(n_boot), chunk, m_seeds, b_seeds, [r.shape[1] for r in m_runs], generator):
+        stat_m = _replicate_model(m_vals, m_seeds, d.inst, d.u_method, d.qidx, d.qvalid, d.nq, kind, k, ks)
+        stat_b = _replicate_model(b_vals, b_seeds, d.inst, d.u_base, d.qidx, d.qvalid, d.nq, kind, k, ks)
         out.append(stat_m - stat_b)
     return torch.cat(out)
+
+
+class _Resample(NamedTuple):
+    """One chunk of ``b`` replicates of :func:`hierarchical_bootstrap`'s three levels."""
+
+    inst: torch.Tensor  # [b, I] drawn instances
+    u_method: torch.Tensor  # [b, I, S_max of the method] uniforms of the method's seeds (index floor(u * S_i))
+    u_base: torch.Tensor  # [b, I, S_max of the base] the same for the base
+    qidx: torch.Tensor  # [b, I, Q_max] drawn queries (0 in the padding)
+    qvalid: torch.Tensor  # [b, I, Q_max] True for the drawn instance's real queries
+    nq: torch.Tensor  # [b, I] queries of each drawn instance
+
+
+def _resamples(n_boot: int, chunk: int | None, method_seeds: torch.Tensor, base_seeds: torch.Tensor,
+               n_queries: Sequence[int], generator: torch.Generator) -> Iterator[_Resample]:
+    """The random stream of :func:`hierarchical_bootstrap`, chunk by chunk (shared with the selective figures of
+    :func:`evidential_prvr.metrics.compare_selective_runs`, so both draw the same resamples): per chunk of ``b``
+    replicates, ``randint(I, (b, I))`` instances, ``rand(b, I, S_max)`` for the method's seeds, the same for the
+    base's and ``rand(b, I, Q_max)`` for the queries. ``method_seeds`` / ``base_seeds``: ``[I]`` seed counts;
+    ``chunk=None``: as many replicates as keep a block of gathered values to :data:`_BLOCK_ELEMENTS`."""
+    n_inst, q_max = len(n_queries), max(n_queries)
+    s_method, s_base = int(method_seeds.max()), int(base_seeds.max())
+    if chunk is None:
+        chunk = max(1, min(n_boot, _BLOCK_ELEMENTS // (n_inst * (s_method + s_base) * q_max)))
+    counts = torch.tensor(list(n_queries))
+    for start in range(0, n_boot, int(chunk)):
+        b = min(int(chunk), n_boot - start)
+        inst = torch.randint(n_inst, (b, n_inst), generator=generator)
+        u_method = torch.rand(b, n_inst, s_method, generator=generator, dtype=torch.float64)
+        u_base = torch.rand(b, n_inst, s_base, generator=generator, dtype=torch.float64)
+        u_q = torch.rand(b, n_inst, q_max, generator=generator, dtype=torch.float64)
+        nq = counts[inst]
+        qvalid = torch.arange(q_max)[None, None, :] < nq[..., None]
+        qidx = torch.where(qvalid, torch.minimum((u_q * nq[..., None]).long(), nq[..., None] - 1), 0)
+        yield _Resample(inst, u_method, u_base, qidx, qvalid, nq)
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,11 @@ from evidential_prvr._paired_comparison import (
     run_metric,
 )
 from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall
+from evidential_prvr._selective_comparison import SELECTIVE_METRICS, compare_selective_runs, selective_run_metric
 
 __all__ = ["recall_at_k", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc",
-           "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison", "compare_runs", "LOWER_IS_BETTER"]
+           "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison", "compare_runs", "LOWER_IS_BETTER",
+           "SELECTIVE_METRICS", "selective_run_metric", "compare_selective_runs"]
 
 
 def _as_tensor(x: object, name: str) -> torch.Tensor:

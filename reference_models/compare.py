@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from evidential_prvr.metrics import compare_runs
+from evidential_prvr.metrics import SELECTIVE_METRICS, compare_runs, compare_selective_runs
 from reference_models import engine
 from reference_models.engine import compare as grid
 
@@ -135,6 +135,18 @@ def _compare(collected: dict[str, Any], spec: grid.ComparisonSpec, n_boot: int, 
     return {m: c.to_dict() for m, c in comparisons.items()}
 
 
+def _compare_selective(collected: dict[str, Any], n_boot: int, seed: int) -> dict[str, Any] | None:
+    """``{"confidence": {"method": name, "base": name}, "metrics": {figure: comparison}}``: the selective-retrieval
+    figures (:data:`~evidential_prvr.metrics.SELECTIVE_METRICS`) of each model by its own confidence, with the
+    recall metrics' interval (the same replicates' stream); ``None`` when some run has no confidence."""
+    confidence = collected["confidence"]
+    if confidence is None:
+        return None
+    comparisons = compare_selective_runs(confidence["method"], collected["method"], confidence["base"],
+                                         collected["base"], SELECTIVE_METRICS, n_boot=n_boot, generator=seed)
+    return {"confidence": confidence["names"], "metrics": {m: c.to_dict() for m, c in comparisons.items()}}
+
+
 def plan_spec(plan: dict[str, Any]) -> grid.ComparisonSpec:
     """The :class:`~reference_models.engine.ComparisonSpec` a ``comparison.json`` was written with, with the
     ablations its task offers today (they are not part of the plan)."""
@@ -169,6 +181,9 @@ def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot
             "runs": {v: sum(len(s) for s in collected["seeds"][v].values()) for v in spec.variants},
             "metrics": _compare(collected, spec, n_boot, bootstrap_seed),
         }
+        selective = _compare_selective(collected, n_boot, bootstrap_seed)
+        if selective is not None:
+            block["selective"] = selective
         types = sorted({t for r in records if r.variant == spec.method and r.data_seed in collected["data_seeds"]
                         for t in (r.sets[set_name].query_types or [])})
         block["per_type"] = {}
@@ -230,33 +245,42 @@ def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0,
 
 
 def ablation_table(every: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``{"base", "primary_set", "rows": [{"method", "runs", "verdict", metric: {"method", "base", "difference",
-    "interval"}}]}``: each method's headline metrics on the primary set against the one base, from its results."""
+    """``{"base", "primary_set", "headline", "selective", "rows": [{"method", "runs", "verdict", metric: {"method",
+    "base", "difference", "interval"}}]}``: each method's headline metrics on the primary set against the one base,
+    from its results, and the selective-retrieval figures (``selective``: those every row has) by the same rule."""
     rows = []
     for method, results in every.items():
         block = results["sets"][results["primary_set"]]
         row: dict[str, Any] = {"method": method, "runs": block["runs"][method], "verdict": results["verdict"]["text"]}
-        for metric in results["headline"]:
-            c = block["metrics"][metric]
+        figures = {m: block["metrics"][m] for m in results["headline"]}
+        if block.get("selective"):
+            figures.update(block["selective"]["metrics"])
+        for metric, c in figures.items():
             row[metric] = {"method": c["method"]["mean"], "base": c["base"]["mean"], "difference": c["difference"],
                            "interval": [c["low"], c["high"]]}
         rows.append(row)
     first = next(iter(every.values()))
+    selective = [m for m in SELECTIVE_METRICS if all(m in row for row in rows)]
     return {"schema": SCHEMA + "/ablations", "base": first["base"], "primary_set": first["primary_set"],
-            "headline": first["headline"], "rows": rows}
+            "headline": first["headline"], "selective": selective, "rows": rows}
 
 
 def format_ablation_table(table: dict[str, Any]) -> str:
-    """The ablation table as text: one row per method, its headline means, difference and interval."""
-    head = ["method", "runs"] + [f"{m} (method / base, diff [95%])" for m in table["headline"]] + ["verdict"]
-    lines = [f"ablations against {table['base']} on {table['primary_set']}:", "  ".join(head)]
-    for row in table["rows"]:
-        cells = [row["method"], str(row["runs"])]
-        for metric in table["headline"]:
-            c = row[metric]
-            cells.append(f"{c['method']:.2f} / {c['base']:.2f}, {c['difference']:+.2f} "
-                         f"[{c['interval'][0]:.2f}, {c['interval'][1]:.2f}]")
-        lines.append("  ".join(cells + [row["verdict"]]))
+    """The ablation table as text: one row per method, its headline means, difference and interval, then the
+    selective-retrieval figures (each model by its own confidence) when every row has them."""
+    lines = [f"ablations against {table['base']} on {table['primary_set']}:"]
+    for figures, digits, verdict in ((table["headline"], 2, True), (table.get("selective", []), 3, False)):
+        if not figures:
+            continue
+        lines.append("  ".join(["method", "runs"] + [f"{m} (method / base, diff [95%])" for m in figures]
+                               + (["verdict"] if verdict else [])))
+        for row in table["rows"]:
+            cells = [row["method"], str(row["runs"])]
+            for metric in figures:
+                c = row[metric]
+                cells.append(f"{c['method']:.{digits}f} / {c['base']:.{digits}f}, {c['difference']:+.{digits}f} "
+                             f"[{c['interval'][0]:.{digits}f}, {c['interval'][1]:.{digits}f}]")
+            lines.append("  ".join(cells + ([row["verdict"]] if verdict else [])))
     return "\n".join(lines)
 
 

@@ -244,6 +244,13 @@ def check_pac(d):
     return loss, _grads_finite(loss, cost)
 
 
+def check_bridge_distillation(d):
+    n, dim = d.int(1, 6), d.int(1, 16)
+    parts = [t.to(d.dtype).requires_grad_() for _ in range(2) for t in d.gaussian(n, dim)]
+    loss = F.bridge_distillation_loss(*parts)
+    return loss, _grads_finite(loss, *parts)
+
+
 def check_hud_loss(name):
     # The KL terms' gradient grows like |sim| / tau^2 (HUD Eq. 13-14): for raw scores of 1000 at tau = 0.01 it
     # is ~2e5, beyond float16's range, and an infinite float16 gradient is then the correctly rounded value.
@@ -422,6 +429,7 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "sinusoidal_time_embedding": lambda d: F.sinusoidal_time_embedding(torch.arange(d.int(1, 50)), 2 * d.int(1, 64)),
     "bridge_step_sizes": lambda d: F.bridge_step_sizes(d.int(1, 64)),
     "bounded_contraction": check_contraction,
+    "bridge_distillation_loss": check_bridge_distillation,
     "combine_video_log_variances": lambda d: F.combine_video_log_variances(*d.gaussian(3, 4)),
     "biased_max_similarity": check_biased,
     "batch_classification_loss": check_hud_loss("batch_classification_loss"),
@@ -438,6 +446,7 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
 #: The checks that also differentiate (their result holds a :class:`Gradients`).
 DIFFERENTIABLE = ("max_similarity", "sinkhorn", "flexible_ot", "intra_video_loss", "inter_video_loss", "triplet_ranking_loss",
                   "info_nce_loss", "query_diversity_loss", "base_retrieval_loss", "pac_loss", "bounded_contraction",
+                  "bridge_distillation_loss",
                   "biased_max_similarity",
                   "batch_classification_loss", "holistic_atomistic_consistency_loss", "gallery_opinion",
                   "selective_confidence")

@@ -37,6 +37,7 @@ from evidential_prvr.functional._retrieval_losses import (
 from evidential_prvr.functional._gaussian import kl_margin, pairwise_gaussian_kl, pairwise_wasserstein2, reparameterised_sample
 from evidential_prvr.functional._gaussian import paired_gaussian_kl, paired_wasserstein2
 from evidential_prvr.functional._dab import bounded_contraction, bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
+from evidential_prvr.functional._bridge_distillation import bridge_distillation_loss
 from evidential_prvr.functional._hud import batch_classification_loss, biased_max_similarity, holistic_atomistic_consistency_loss
 
 # Uncertainty at retrieval time: gallery opinions, query types, selective confidences (Holmes §3.2)
@@ -97,6 +98,7 @@ __all__ = [
     "sinusoidal_time_embedding",
     "bridge_step_sizes",
     "bounded_contraction",
+    "bridge_distillation_loss",
     "combine_video_log_variances",
     "biased_max_similarity",
     "batch_classification_loss",

@@ -9,6 +9,7 @@ This package holds the ``nn.Module`` wrappers and result types; the pure functio
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.probabilistic._alignment import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic._dab import (
+    BridgeDistillationLoss,
     ConditionedDistributionBridge,
     DistributionBridge,
     GaussianEmbeddingHead,
@@ -32,6 +33,7 @@ __all__ = [
     "DistributionBridge",
     "ConditionedDistributionBridge",
     "ProbabilisticAlignmentContrastiveLoss",
+    "BridgeDistillationLoss",
     "DABAlignment",
     "DABAlignmentOutput",
     "DABGaussians",

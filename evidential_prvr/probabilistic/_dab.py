@@ -8,7 +8,7 @@ class and collected in ``docs/guide/probabilistic.rst``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, ClassVar, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +16,7 @@ from torch import nn
 
 from evidential_prvr._checks import check_in_range, check_positive, check_tensor
 from evidential_prvr._docs import FINITE_INPUTS, insert_docs
+from evidential_prvr.functional._bridge_distillation import bridge_distillation_loss
 from evidential_prvr.functional._dab import (
     bounded_contraction,
     bridge_step_sizes,
@@ -39,12 +40,16 @@ from evidential_prvr.probabilistic._common import (
     to_module_dtype,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
     "GaussianEmbeddingHead",
     "TokenUncertaintyHead",
     "DistributionBridge",
     "ConditionedDistributionBridge",
     "ProbabilisticAlignmentContrastiveLoss",
+    "BridgeDistillationLoss",
 ]
 
 
@@ -53,6 +58,14 @@ logvar_bounds : tuple of float
     Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
 """ + FINITE_INPUTS
 """The last two parameters of the DAB Gaussian modules."""
+
+_DRIFT_SETTINGS = """\
+hidden_dim : int, optional
+    Hidden size of the drift MLP (default ``dim``).
+time_dim : int, default 128
+    Size of the sinusoidal time embedding.
+""" + _BOUNDS_AND_CHECKS
+"""The keyword-only parameters of the DAB bridges (:class:`_DriftSettings`)."""
 
 
 class _LogVarHead(_InputChecks):
@@ -218,25 +231,47 @@ class TokenUncertaintyHead(_LogVarHead):
         return combine_video_log_variances(base_logvar.to(token_logvar.dtype), token_logvar).clamp(*self.logvar_bounds)
 
 
-class _DriftChain(_InputChecks):
-    """What DAB's two bridges share: the step sizes, the time embeddings and the zero-initialised drift MLP
-    ``Linear(inputs * dim + time_dim, hidden) -> GELU -> Linear(hidden, 2 * dim)``."""
+class _DriftSettings(TypedDict, total=False):
+    """The keyword-only settings every DAB bridge takes (documented on each class)."""
 
+    hidden_dim: int | None
+    time_dim: int
+    logvar_bounds: tuple[float, float]
+    validate_args: bool | None
+
+
+class _DriftChain(_InputChecks):
+    """What DAB's bridges share: the constructor, the step sizes, the time embeddings and the zero-initialised
+    drift MLP ``Linear(_inputs * dim + time_dim, hidden) -> GELU -> Linear(hidden, 2 * dim)``; ``_inputs`` is the
+    number of ``dim``-sized parts the drift sees (2: the state; 4: the state and its target)."""
+
+    _inputs: ClassVar[int] = 2
     if TYPE_CHECKING:  # the buffer registered in __init__
         time_embeddings: torch.Tensor
 
-    def __init__(self, dim: int, n_steps: int, total_steps: int, step_range: tuple[float, float], *, inputs: int,
-                 hidden_dim: int | None, time_dim: int, logvar_bounds: tuple[float, float],
-                 validate_args: bool | None) -> None:
+    def __init__(
+        self,
+        dim: int,
+        n_steps: int = 32,
+        total_steps: int = 1000,
+        step_range: tuple[float, float] = (0.2, 0.6),
+        *,
+        hidden_dim: int | None = None,
+        time_dim: int = 128,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
+    ) -> None:
         super().__init__(validate_args)
         check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
         hidden = hidden_size(hidden_dim, dim)
         if n_steps > total_steps:
             raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
-        self.dim, self.n_steps, self.total_steps = dim, n_steps, total_steps
+        self.dim, self.n_steps, self.total_steps, self.time_dim, self.hidden_dim = dim, n_steps, total_steps, time_dim, hidden
         self.logvar_bounds = check_bounds(logvar_bounds)
-        self.step_sizes = bridge_step_sizes(n_steps, cast("tuple[float, float]", tuple(step_range)))
-        self.drift = nn.Sequential(nn.Linear(inputs * dim + time_dim, hidden), nn.GELU(), nn.Linear(hidden, 2 * dim))
+        self.step_range = cast("tuple[float, float]", tuple(float(v) for v in step_range))
+        self.step_sizes = bridge_step_sizes(n_steps, self.step_range)
+        self.drift = nn.Sequential(nn.Linear(self._inputs * dim + time_dim, hidden), nn.GELU(),
+                                   nn.Linear(hidden, 2 * dim))
         output_layer = cast(nn.Linear, self.drift[-1])  # the Linear(hidden, 2 * dim) just built
         nn.init.zeros_(output_layer.weight)
         nn.init.zeros_(output_layer.bias)
@@ -246,7 +281,7 @@ class _DriftChain(_InputChecks):
         )
 
 
-@insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
+@insert_docs(drift_settings=_DRIFT_SETTINGS)
 class DistributionBridge(_DriftChain):
     """Sampling-free, deterministic bridge that drifts a Gaussian in parameter space (DAB, Key Design 2).
 
@@ -280,11 +315,7 @@ class DistributionBridge(_DriftChain):
         Length :math:`N` of the full chain (DAB: 1000); must be >= ``n_steps``.
     step_range : tuple of float
         Range of :math:`\\chi_t`; default ``(0.2, 0.6)``.
-    hidden_dim : int, optional
-        Hidden size of the drift MLP (default ``dim``).
-    time_dim : int, default 128
-        Size of the sinusoidal time embedding.
-    {bounds_and_checks}
+    {drift_settings}
 
     Examples
     --------
@@ -300,20 +331,24 @@ class DistributionBridge(_DriftChain):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        n_steps: int = 32,
-        total_steps: int = 1000,
-        step_range: tuple[float, float] = (0.2, 0.6),
-        *,
-        hidden_dim: int | None = None,
-        time_dim: int = 128,
-        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__(dim, n_steps, total_steps, step_range, inputs=2, hidden_dim=hidden_dim, time_dim=time_dim,
-                         logvar_bounds=logvar_bounds, validate_args=validate_args)
+    def one_step_student(self) -> DistributionBridge:
+        """A one-step bridge to distil this chain into (DAB, "Limitations & Future Work": one-step bridge
+        distillation), starting as a copy of this bridge's drift.
+
+        The student is a :class:`DistributionBridge` with ``n_steps = 1`` and this bridge's dimension, chain
+        length, step range (its single step has the step size ``step_range[1]``), time embedding, clipping
+        and checks; its drift MLP has the same sizes and starts with this bridge's weights (so it starts as one
+        step of the trained drift, at :math:`t = 1`). Train it with
+        :class:`BridgeDistillationLoss` against this bridge's end points; it is on this bridge's device and
+        dtype.
+        """
+        student = DistributionBridge(self.dim, 1, self.total_steps, self.step_range, hidden_dim=self.hidden_dim,
+                                     time_dim=self.time_dim, logvar_bounds=self.logvar_bounds,
+                                     validate_args=self.validate_args)
+        reference = next(self.parameters())
+        student = student.to(device=reference.device, dtype=reference.dtype)
+        student.drift.load_state_dict(self.drift.state_dict())
+        return student
 
     def forward(self, mu: torch.Tensor, logvar: torch.Tensor) -> DiagonalGaussian:
         """Run the ``n_steps`` bridge updates on Gaussians ``[..., dim]``; returns ``(mu, logvar)``, same shape.
@@ -333,7 +368,7 @@ class DistributionBridge(_DriftChain):
         return DiagonalGaussian(mu, logvar)
 
 
-@insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
+@insert_docs(drift_settings=_DRIFT_SETTINGS)
 class ConditionedDistributionBridge(_DriftChain):
     """The distribution bridge conditioned on its target video distribution, one chain per text-video pair
     (DAB, Key Design 2: "given a text distribution :math:`P_t` and a target video distribution :math:`Q_v`").
@@ -371,11 +406,7 @@ class ConditionedDistributionBridge(_DriftChain):
         Range of :math:`\\chi_t`; default ``(0.2, 0.6)``.
     contraction : float or None, default 0.8
         :math:`\\rho \\in (0, 1]` of the whole chain, or ``None``.
-    hidden_dim : int, optional
-        Hidden size of the drift MLP (default ``dim``).
-    time_dim : int, default 128
-        Size of the sinusoidal time embedding.
-    {bounds_and_checks}
+    {drift_settings}
 
     Examples
     --------
@@ -392,21 +423,12 @@ class ConditionedDistributionBridge(_DriftChain):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        n_steps: int = 32,
-        total_steps: int = 1000,
-        step_range: tuple[float, float] = (0.2, 0.6),
-        *,
-        contraction: float | None = 0.8,
-        hidden_dim: int | None = None,
-        time_dim: int = 128,
-        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
-        validate_args: bool | None = None,
-    ) -> None:
-        super().__init__(dim, n_steps, total_steps, step_range, inputs=4, hidden_dim=hidden_dim, time_dim=time_dim,
-                         logvar_bounds=logvar_bounds, validate_args=validate_args)
+    _inputs = 4  # the drift sees the state and its target video
+
+    def __init__(self, dim: int, n_steps: int = 32, total_steps: int = 1000,
+                 step_range: tuple[float, float] = (0.2, 0.6), *, contraction: float | None = 0.8,
+                 **settings: Unpack[_DriftSettings]) -> None:
+        super().__init__(dim, n_steps, total_steps, step_range, **settings)
         if contraction is not None:
             check_in_range(contraction, "contraction", 0.0, 1.0, low_inclusive=False)
         self.contraction = contraction
@@ -480,3 +502,45 @@ class ProbabilisticAlignmentContrastiveLoss(_InputChecks):
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}"
+
+
+@insert_docs(validate_args=FINITE_INPUTS)
+class BridgeDistillationLoss(_InputChecks):
+    """One-step bridge distillation as a module: a student bridge against the end points of its teacher chain.
+
+    See :func:`~evidential_prvr.functional.bridge_distillation_loss` (DAB, Key Design 2 and "Limitations &
+    Future Work"). The module takes the student and the Gaussians it starts from, runs the student, and compares
+    where it lands with the teacher's end points (computed by the caller, e.g. under ``torch.no_grad()``).
+
+    Parameters
+    ----------
+    {validate_args}
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.probabilistic import BridgeDistillationLoss, DistributionBridge
+    >>> teacher = DistributionBridge(8, n_steps=4)
+    >>> student = teacher.one_step_student()
+    >>> start = torch.randn(5, 8), torch.full((5, 8), -2.0)
+    >>> with torch.no_grad():
+    ...     target = teacher(*start)
+    >>> float(BridgeDistillationLoss()(student, *start, *target))  # both are the identity at initialisation
+    0.0
+
+    References
+    ----------
+    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2,
+    "Limitations & Future Work" (one-step bridge distillation).
+    """
+
+    def forward(self, student: DistributionBridge, mu: torch.Tensor, logvar: torch.Tensor, teacher_mu: torch.Tensor,
+                teacher_logvar: torch.Tensor) -> torch.Tensor:
+        """Scalar loss: ``student(mu, logvar)`` against the teacher's end points ``(teacher_mu, teacher_logvar)``,
+        all ``[..., D]``."""
+        if not isinstance(student, DistributionBridge):
+            raise TypeError(f"student must be a DistributionBridge (e.g. teacher.one_step_student()), got "
+                            f"{type(student).__name__}")
+        landed = student(mu, logvar)
+        return bridge_distillation_loss(landed.mu, landed.logvar, teacher_mu, teacher_logvar,
+                                        validate_args=self.validate_args)

@@ -30,6 +30,7 @@ from reference_models.dab.config import (
 )
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split, validate_data_root
 from reference_models.dab.diagnostics import benchmark_labels, format_diagnostics, model_diagnostics
+from reference_models.dab.distill import distilled_model
 from reference_models.dab.evaluate import evaluate_split, query_cost
 from reference_models.dab.model import T2VModel
 from reference_models.dab.task import T2VTask
@@ -111,6 +112,9 @@ def run_variant(config: T2VConfig, splits: dict[str, T2VSplit], out: Path, *, se
                       show_progress=show_progress)
     fit = trainer.fit(resume=resume)
     model = cast(T2VModel, trainer.load_best())  # the task's model
+    if config.bridge.distill == "one-step":  # the second stage: the one-step bridge, into out/distilled.pt
+        model = distilled_model(model, splits["train"].text, out, seed=seed, device=device, teacher=out / "best.pt",
+                                extras=trainer.task.checkpoint_extras())
     result: dict[str, Any] = {"best_epoch": fit.best_epoch, "best_val_R@1": fit.best_metric}
     result["train_seconds"] = time.perf_counter() - start
     result["train_seconds_per_epoch"] = sum(h["train_seconds"] for h in fit.history) / max(len(fit.history), 1)

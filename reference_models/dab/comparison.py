@@ -8,7 +8,13 @@ all-captions test (``test_all``); the caption kinds (``specific``, ``generic``) 
 
 Ablations (:data:`~reference_models.dab.config.ABLATIONS`, ``--methods`` of ``python -m reference_models.compare``): one comparison folder
 holds the base and any of these methods, each under its own variant name, so that each is set against the same
-base runs with the same interval; every one is DAB's config with one change.
+base runs with the same interval; every one is DAB's config with one change. ``dab-meandist`` and ``dab-onestep``
+start from the ``dab`` run of the same seeds (re-ranked; distilled into one step, :mod:`reference_models.dab.distill`,
+its model in the run folder's ``distilled.pt``).
+
+Every run saves, with each test set's ranks, its own confidence per query (:func:`own_confidence`: the KL margin
+of a Gaussian head, the max-score margin of a cosine head), from which the report computes the selective-retrieval
+figures with their interval.
 
 On the ``msrvtt-regime`` benchmark (``runner(benchmark="msrvtt-regime")``, ``--benchmark msrvtt-regime``) the
 runs train with the ``msrvtt-regime`` config (:data:`~reference_models.dab.config.PRESETS`, the base with the
@@ -28,17 +34,20 @@ from typing import Any, cast
 
 import torch
 
+from evidential_prvr.functional import kl_margin
 from reference_models.dab.benchmark import T2VBenchmarkSpec, benchmark_spec, generate_t2v_benchmark
 from reference_models.dab.config import ABLATIONS, T2VConfig, ablation_config, preset
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split
 from reference_models.dab.diagnostics import benchmark_labels, model_diagnostics
+from reference_models.dab.distill import distilled_model, load_teacher
 from reference_models.dab.evaluate import multi_positive_ranks, score_split
-from reference_models.dab.model import T2VModel
+from reference_models.dab.model import T2VModel, T2VOutput
 from reference_models.dab.task import T2VTask
 from reference_models.engine import ComparisonSpec, QueryRanks, Trainer, UserError, load_checkpoint, write_json
 from reference_models.engine import compare as grid
 
-__all__ = ["DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "runner"]
+__all__ = ["DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "own_confidence",
+           "runner"]
 
 #: The extra evaluation set of the ``msrvtt-regime`` comparison: the all-captions test's generic captions, ranked
 #: by multi-positive recall (any test video of the caption's topic counts).
@@ -93,8 +102,11 @@ class DABComparison:
         config = self.variant_config(variant)
         splits = {s: load_t2v_split(data, s, max_frames=config.backbone.max_frames) for s in SPLITS}
         task = T2VTask(config, splits["train"], splits["val"])
-        if variant == "dab-meandist":  # the dab run's checkpoint, ranked by the mean distance
+        if variant in ("dab-meandist", "dab-onestep"):  # the dab run's checkpoint, re-ranked or distilled
             model = self._trained_dab(task, out.parent / "dab", device)
+            if variant == "dab-onestep":
+                model = distilled_model(model, splits["train"].text, out, seed=seed, device=device,
+                                        teacher=out.parent / "dab" / "best.pt", extras=task.checkpoint_extras())
         else:
             trainer = Trainer(task, out, device=device, seed=seed, show_progress=show_progress)
             trainer.fit(resume=resume)
@@ -102,14 +114,16 @@ class DABComparison:
         meta = json.loads((data / "benchmark_meta.json").read_text(encoding="utf-8"))
         kinds = meta["sentences"]
         result = {}
-        scores = {name: score_split(model, splits[name], device).logits for name in T2VTask.comparison.sets}
-        for name in T2VTask.comparison.sets:
-            ranks = task.query_ranks(model, splits[name], device, logits=scores[name])
+        outputs = {name: score_split(model, splits[name], device) for name in T2VTask.comparison.sets}
+        for name, output in outputs.items():
+            ranks = task.query_ranks(model, splits[name], device, logits=output.logits)
             ranks.query_types = [kinds.get(i, {}).get("kind", "unknown") for i in ranks.query_ids]
+            ranks.confidence_name, confidence = own_confidence(output)
+            ranks.confidence = confidence.tolist()
             result[name] = ranks
         if self.multi_positive:
             result[MULTI_POSITIVE_SET] = generic_multi_positive_ranks(model, splits["test_all"], meta, device,
-                                                                      logits=scores["test_all"])
+                                                                      logits=outputs["test_all"].logits)
         video_events, query_kinds = benchmark_labels(data, splits["test_all"])
         diagnostics = model_diagnostics(model, splits["test_all"], device, video_events=video_events,
                                         query_kinds=query_kinds)
@@ -122,11 +136,20 @@ class DABComparison:
     def _trained_dab(task: T2VTask, folder: Path, device: str) -> T2VModel:
         best = folder / "best.pt"
         if not (folder / grid.RANKS_NAME).is_file() or not best.is_file():
-            raise UserError(f"dab-meandist ranks the dab run's checkpoint, and {folder} holds no finished dab run: "
-                            "train dab first (--methods dab,dab-meandist)")
+            raise UserError(f"dab-meandist and dab-onestep start from the dab run's checkpoint, and {folder} holds "
+                            "no finished dab run: train dab first (e.g. --methods dab,dab-onestep)")
         model = cast(T2VModel, task.build_model()).to(device)
-        model.load_state_dict(load_checkpoint(best, map_location=device)["model"])
-        return model
+        return load_teacher(model, load_checkpoint(best, map_location=device)["model"])
+
+
+def own_confidence(output: T2VOutput) -> tuple[str, torch.Tensor]:
+    """A model's own selective-retrieval signal per query, by name: DAB's ``kl_margin`` (second-lowest minus
+    lowest cost, :func:`~evidential_prvr.functional.kl_margin`; DAB "Key Findings") for a Gaussian head, the
+    ``max_score_margin`` (top-1 minus top-2 ranking score) for a cosine head. A Gaussian head that ranks by
+    :math:`-C` has the two equal, so its KL margin is also its max-score margin."""
+    if output.cost is not None:
+        return "kl_margin", kl_margin(output.cost)
+    return "max_score_margin", kl_margin(-output.logits)  # the same order statistic of the negated scores
 
 
 def generic_multi_positive_ranks(model: T2VModel, split: T2VSplit, meta: dict[str, Any],

@@ -12,7 +12,7 @@ from typing import Any
 
 from reference_models.engine import check_choice, fingerprint_differences
 
-__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
+__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
            "ABLATIONS", "DEMO_ABLATIONS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
            "T2VConfig", "preset", "ablation_config"]
 
@@ -25,9 +25,17 @@ COSTS = ("kl", "w2")
 #: How the Gaussian variants rank, by their cost (``cost``, DAB's) or by the squared distance between the
 #: (bridged) text mean and the video mean (``mean_distance``; the training loss is PAC over the cost either way).
 RANKINGS = ("cost", "mean_distance")
+#: The start of the mean layer of DAB's Gaussian head, PyTorch's default (``random``) or the identity with a
+#: zero bias (``identity``, so the Gaussian mean starts as the layer-normalised embedding itself, as the identity
+#: encoders start the base at the features' cosine; needs ``head.gaussian_dim = backbone.hidden``).
+MEAN_INITS = ("random", "identity")
 #: What DAB's bridge sees, the text Gaussian alone (``text``, one chain per text, shared by every video) or the
 #: text and its target video Gaussian (``video``, one chain per text-video pair, with the contraction bound).
 BRIDGE_CONDITIONS = ("text", "video")
+#: The bridge that answers a query in DAB's text-only variant, its ``T'``-step chain (``none``, DAB's) or a
+#: one-step student distilled from the trained chain after training (``one-step``, DAB's "one-step bridge
+#: distillation", named as future work; :mod:`reference_models.dab.distill`).
+DISTILL_MODES = ("none", "one-step")
 #: The frame pooling, CLIP4Clip's mean of the frame tokens or X-Pool's text-conditioned attention.
 POOLINGS = ("mean", "xpool")
 #: The feature encoders (text MLP and frame projection), ``mlp`` trained from scratch (the embedded benchmark's),
@@ -90,6 +98,8 @@ class HeadSettings:
         Initial inverse temperature of the cosine variants (learned, capped at 100 as in CLIP).
     ranking : {"cost", "mean_distance"}
         See :data:`RANKINGS` (Gaussian variants).
+    mean_init : {"random", "identity"}
+        See :data:`MEAN_INITS` (Gaussian variants).
     """
 
     variant: str = "dab"
@@ -98,6 +108,7 @@ class HeadSettings:
     tau: float = 4.0
     logit_scale: float = 20.0
     ranking: str = "cost"
+    mean_init: str = "random"
 
     @property
     def gaussian(self) -> bool:
@@ -125,6 +136,12 @@ class BridgeSettings:
         Size of the point embedding the ``bridge`` variant bridges: 0 = ``backbone.hidden`` (the bridge at the
         backbone's width), else a linear projection to this size first (``head.gaussian_dim`` puts the bridge at
         DAB's width).
+    distill : {"none", "one-step"}
+        See :data:`DISTILL_MODES`; ``one-step`` needs ``head.variant = "dab"`` and ``condition = "text"``.
+    distill_epochs : int
+        Epochs of the distillation stage over the training captions (``distill = "one-step"``).
+    distill_lr : float
+        AdamW learning rate of the distillation stage (the student only; weight decay 0).
     """
 
     n_steps: int = 32
@@ -133,6 +150,9 @@ class BridgeSettings:
     condition: str = "text"
     contraction: float = 0.8
     point_dim: int = 0
+    distill: str = "none"
+    distill_epochs: int = 30
+    distill_lr: float = 1e-3
 
 
 @dataclass(frozen=True)
@@ -183,6 +203,14 @@ class T2VConfig:
         check_choice(self.head.cost, "head.cost", COSTS)
         check_choice(self.head.ranking, "head.ranking", RANKINGS)
         check_choice(self.bridge.condition, "bridge.condition", BRIDGE_CONDITIONS)
+        check_choice(self.bridge.distill, "bridge.distill", DISTILL_MODES)
+        check_choice(self.head.mean_init, "head.mean_init", MEAN_INITS)
+        if self.bridge.distill == "one-step" and (self.head.variant != "dab" or self.bridge.condition != "text"):
+            raise ValueError(f'bridge.distill = "one-step" distils the text-only bridge of head.variant = "dab", got '
+                             f"head.variant {self.head.variant!r} with bridge.condition {self.bridge.condition!r}")
+        if self.head.gaussian and self.head.mean_init == "identity" and self.head.gaussian_dim != self.backbone.hidden:
+            raise ValueError(f'head.mean_init = "identity" needs head.gaussian_dim = backbone.hidden '
+                             f"({self.backbone.hidden}), got {self.head.gaussian_dim}")
         if self.bridge.condition == "video" and self.head.variant != "dab":
             raise ValueError(f'bridge.condition = "video" needs head.variant = "dab" (the bridge toward a video '
                              f"Gaussian), got {self.head.variant!r}")
@@ -203,7 +231,7 @@ class T2VConfig:
                     raise ValueError(f"{name} must be a finite number, got {value!r}")
                 minimum = 0 if item.name in ("temporal_layers", "grad_clip", "weight_decay", "warmup_ratio",
                                              "point_dim") else 1
-                if item.name in ("lr", "head_lr", "tau", "logit_scale", "contraction"):
+                if item.name in ("lr", "head_lr", "tau", "logit_scale", "contraction", "distill_lr"):
                     if value <= 0:
                         raise ValueError(f"{name} must be > 0, got {value!r}")
                 elif value < minimum:
@@ -266,12 +294,14 @@ class T2VConfig:
 #: The named configs, ``embedded`` (the defaults, the demo's and the embedded benchmark's comparison) and
 #: ``msrvtt-regime`` (DAB's training on the ``msrvtt-regime`` benchmark, whose features stand for frozen CLIP
 #: ones: identity-initialised feature encoders at DAB's encoder learning rate 1e-6, everything else at 1e-4,
-#: AdamW weight decay 0.02, 10 % warm-up; ``docs/guide/dab.rst`` says why). The base of a comparison is the
+#: AdamW weight decay 0.02, 10 % warm-up; DAB's Gaussian at the backbone's width, 256, its mean layer starting at
+#: the identity, issue 35; ``docs/guide/dab.rst`` says why). The base of a comparison is the
 #: same config with ``head.variant = "base"``, so it gets the same backbone treatment.
 PRESETS: dict[str, T2VConfig] = {
     "embedded": T2VConfig(),
     "msrvtt-regime": T2VConfig(
         backbone=BackboneSettings(encoder="identity"),
+        head=HeadSettings(gaussian_dim=256, mean_init="identity"),
         optim=OptimSettings(epochs=10, early_stop_patience=10, lr=1e-6, head_lr=1e-4, groups="encoders"),
     ),
 }
@@ -286,8 +316,12 @@ def preset(name: str) -> T2VConfig:
 #: Every DAB ablation, as its changes to DAB's config (keyword arguments of
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
-#: at the backbone's width. ``demo --ablations`` trains :data:`DEMO_ABLATIONS`; the comparison tool offers every
-#: one as a method (``--methods``), where ``dab-meandist`` trains nothing: it ranks the ``dab`` run's checkpoint.
+#: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions, a random mean layer and PAC
+#: temperature 4 (the ``msrvtt-regime`` preset before issue 35). ``demo --ablations`` trains
+#: :data:`DEMO_ABLATIONS`; the comparison tool offers every one as a method (``--methods``), where
+#: ``dab-meandist`` and ``dab-onestep`` train nothing of
+#: their own: the first ranks the ``dab`` run's checkpoint, the second distils that checkpoint's bridge into one
+#: step (:mod:`reference_models.dab.distill`) and answers with it.
 ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab": {},
     "dab-video": {"bridge": {"condition": "video"}},
@@ -298,6 +332,11 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-T8": {"bridge": {"n_steps": 8}},
     "dab-T64": {"bridge": {"n_steps": 64}},
     "dab-meandist": {"head": {"ranking": "mean_distance"}},
+    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random", "tau": 4.0}},
+    "dab-onestep": {"bridge": {"distill": "one-step"}},
+    "dab-meanrandom": {"head": {"mean_init": "random"}},
+    "dab-tau16": {"head": {"tau": 16.0}},
+    "dab-tau64": {"head": {"tau": 64.0}},
 }
 #: The rows ``python -m reference_models.dab demo --ablations`` trains besides the base and DAB.
 DEMO_ABLATIONS = ("prob", "bridge-hidden", "dab-w2", "dab-T8", "dab-T64")

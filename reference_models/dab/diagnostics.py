@@ -23,7 +23,14 @@ For the queries of a split (normally the all-captions test) and its videos, :fun
   :math:`r_d = \\sigma^2_{v,d} / \\hat\\sigma^2_{t,d}`, of the total (the rest is the mean part
   :math:`\\tfrac12\\sum_d (\\mu_{v,d} - \\hat\\mu_{t,d})^2 / \\hat\\sigma^2_{t,d}`); for :math:`W_2^2` it is
   :math:`\\lVert\\sigma_v - \\hat\\sigma_t\\rVert^2` of :math:`\\lVert\\mu_v - \\hat\\mu_t\\rVert^2 +
-  \\lVert\\sigma_v - \\hat\\sigma_t\\rVert^2`. Both parts are non-negative, so the share is in [0, 1].
+  \\lVert\\sigma_v - \\hat\\sigma_t\\rVert^2`. Both parts are non-negative, so the share is in [0, 1];
+* ``variance_moves``: how much of each query's ranking the variance part moves: the own video's rank by the whole
+  cost against its rank by the mean part alone, as the share of queries whose rank ``changed``, the
+  ``mean_abs_change`` of the rank, the shares it ``helped`` (moved up) and ``hurt``, and R@1 both ways
+  (``top1_full``, ``top1_mean_part``, as fractions), also ``by_kind.<kind>`` of caption;
+* ``scale``: the mean norm of the (bridged) text means and of the video means (unnormalised, against the unit
+  vectors of the cosine) and ``cost_sd_per_query``, the mean over queries of the s.d. of the cost over the videos
+  (divided by the PAC temperature it is the spread of the PAC logits, to set against the base's scaled cosine).
 
 :func:`model_diagnostics` computes them for a trained :class:`~reference_models.dab.model.T2VModel` (``None`` for
 the cosine heads, which have no variances); :func:`benchmark_labels` reads the labels of a data root.
@@ -39,7 +46,8 @@ from typing import Any, cast
 import torch
 
 from evidential_prvr.functional import paired_gaussian_kl, paired_wasserstein2
-from evidential_prvr.probabilistic import ConditionedDistributionBridge, DiagonalGaussian, DistributionBridge
+from evidential_prvr.metrics import ranks_of_ground_truth
+from evidential_prvr.probabilistic import ConditionedDistributionBridge, DiagonalGaussian
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel
 
@@ -131,16 +139,39 @@ def gaussian_diagnostics(text: DiagonalGaussian, bridged: DiagonalGaussian, vide
     }
     mean_total = variance_total = 0.0
     v_mu, v_lv, bl = video.mu.double(), video.logvar.double(), bridged.logvar.double()
+    full_ranks, mean_ranks, spread = [], [], []
     for start in range(0, t_mu.shape[0], chunk):
         mean, variance = cost_parts(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
         mean_total += float(mean.sum())
         variance_total += float(variance.sum())
+        own_rows = query_video[start:start + chunk]
+        full_ranks.append(ranks_of_ground_truth(-(mean + variance), own_rows))
+        mean_ranks.append(ranks_of_ground_truth(-mean, own_rows))
+        spread.append((mean + variance).std(dim=-1))
     own_mean, own_variance = float(own_parts[0].sum()), float(own_parts[1].sum())
     result["variance_share"] = {
         "all_pairs": variance_total / (mean_total + variance_total) if mean_total + variance_total > 0 else 0.0,
         "own_pairs": own_variance / (own_mean + own_variance) if own_mean + own_variance > 0 else 0.0,
     }
+    full, by_mean = torch.cat(full_ranks), torch.cat(mean_ranks)
+    result["variance_moves"] = _moves(full, by_mean)
+    if query_kinds is not None:
+        for kind in sorted(set(query_kinds)):
+            rows = torch.tensor([k == kind for k in query_kinds])
+            result["variance_moves"][f"by_kind.{kind}"] = _moves(full[rows], by_mean[rows])
+    result["scale"] = {"text_mean_norm": float(b_mu.norm(dim=-1).mean()),
+                       "video_mean_norm": float(v_mu.norm(dim=-1).mean()),
+                       "cost_sd_per_query": float(torch.cat(spread).mean())}
     return result
+
+
+def _moves(full: torch.Tensor, by_mean: torch.Tensor) -> dict[str, float]:
+    """How the variance part of the cost moves the own video's rank: ranked by the whole cost (``full``) against
+    the mean part alone (``by_mean``), per query."""
+    change = full.double() - by_mean.double()
+    return {"changed": float((change != 0).double().mean()), "mean_abs_change": float(change.abs().mean()),
+            "helped": float((change < 0).double().mean()), "hurt": float((change > 0).double().mean()),
+            "top1_full": float((full == 1).double().mean()), "top1_mean_part": float((by_mean == 1).double().mean())}
 
 
 @torch.no_grad()
@@ -173,8 +204,8 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
             target = own[-1] if gallery.video is None else DiagonalGaussian(gallery.video.mu[rows],
                                                                              gallery.video.logvar[rows])
             bridged.append(cast(ConditionedDistributionBridge, model.bridge)(*gaussian, *target))
-        elif model.plan.bridge == "text":
-            bridged.append(cast(DistributionBridge, model.bridge)(*gaussian))
+        elif model.plan.bridge == "text":  # the bridge that answers (a distilled one-step student when there is one)
+            bridged.append(model.text_bridge()(*gaussian))
         else:
             bridged.append(gaussian)
 
@@ -195,6 +226,7 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
         result["videos"] = split.num_videos
     if gallery.video is None or model.plan.bridge == "video":
         result["variance_share"].pop("all_pairs")  # per-pair Gaussians: only the own pairs are computed
+        del result["variance_moves"], result["scale"]["cost_sd_per_query"]  # these need every pair too
     return result
 
 

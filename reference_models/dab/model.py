@@ -194,6 +194,9 @@ class T2VModel(nn.Module):
     (torch.Size([3, 5]), torch.Size([3, 5]))
     """
 
+    #: ``bridge.distill = "one-step"`` only: whether the student has been distilled (a buffer, saved with the model).
+    student_ready: torch.Tensor
+
     def __init__(self, frame_dim: int, text_dim: int, config: T2VConfig) -> None:
         super().__init__()
         b, h = config.backbone, config.head
@@ -233,6 +236,9 @@ class T2VModel(nn.Module):
         if h.gaussian:
             self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim)
             self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim)
+            if h.mean_init == "identity":  # the Gaussian mean starts as the (layer-normalised) embedding itself
+                nn.init.eye_(self.gaussian_head.mean.weight)
+                nn.init.zeros_(self.gaussian_head.mean.bias)
         else:
             self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
         self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None  # as self.plan.bridge says
@@ -243,6 +249,11 @@ class T2VModel(nn.Module):
         elif self.plan.bridge == "text":
             self.bridge = DistributionBridge(h.gaussian_dim if h.gaussian else point_dim, s.n_steps, s.total_steps,
                                              time_dim=s.time_dim)
+        self.student: DistributionBridge | None = None  # bridge.distill = "one-step": trained after the chain
+        if s.distill == "one-step":
+            with torch.random.fork_rng(devices=[]):  # built last and drawing nothing: the rest is DAB's, bit for bit
+                self.student = cast(DistributionBridge, self.bridge).one_step_student()
+            self.register_buffer("student_ready", torch.zeros((), dtype=torch.bool))
 
     # --- backbone -------------------------------------------------------------------------------------
     def encode_text(self, text: torch.Tensor) -> torch.Tensor:
@@ -281,6 +292,14 @@ class T2VModel(nn.Module):
         return cast(XPoolAttention, self.xpool)(text, tokens, gallery.mask)
 
     # --- heads ----------------------------------------------------------------------------------------
+    def text_bridge(self) -> DistributionBridge:
+        """The text-only bridge a query goes through: the distilled one-step student once the distillation stage
+        has trained it (:func:`~reference_models.dab.distill.distill_one_step` sets ``student_ready``), else the
+        ``T'``-step chain (during training, the chain: the student is trained after it)."""
+        if self.student is not None and bool(self.student_ready):
+            return self.student
+        return cast(DistributionBridge, self.bridge)
+
     def video_gaussian(self, pooled: torch.Tensor, token_logvar: torch.Tensor) -> DiagonalGaussian:
         """The video Gaussian of pooled videos ``[..., hidden]``: the Gaussian head's mean, its log-variance
         combined with the token uncertainty head's (``token_logvar``, ``[V, D]`` or broadcastable)."""
@@ -292,7 +311,7 @@ class T2VModel(nn.Module):
         if self.plan.bridge == "video":
             return self._pair_bridged_cost(text, text_gaussian, gallery)
         if self.plan.bridge == "text":
-            text_gaussian = cast(DistributionBridge, self.bridge)(*text_gaussian)
+            text_gaussian = self.text_bridge()(*text_gaussian)
         video = gallery.video
         if video is not None:  # one Gaussian per video: the library's pairwise costs, video first
             cost = self.plan.pairwise_cost(video.mu, video.logvar, text_gaussian.mu, text_gaussian.logvar).T

@@ -148,11 +148,19 @@ class QueryRanks:
         ``Q`` query ids (the same for every run on one benchmark instance; checked when runs are merged).
     query_types : list of str or None
         The query type of each query (planted type, edit type, caption kind), or ``None``.
+    confidence : list of float or None
+        The model's own confidence in each query's top-1 answer (higher = more trusted; DAB: the KL margin of a
+        Gaussian head, the max-score margin of a cosine head), or ``None``. When every run of a comparison has
+        one, the report adds the selective-retrieval figures (:func:`evidential_prvr.metrics.compare_selective_runs`).
+    confidence_name : str or None
+        What ``confidence`` is (``"kl_margin"``, ``"max_score_margin"``); required with ``confidence``.
     """
 
     ranks: list[int]
     query_ids: list[str]
     query_types: list[str] | None = None
+    confidence: list[float] | None = None
+    confidence_name: str | None = None
 
     def __post_init__(self) -> None:
         self.ranks = [int(r) for r in self.ranks]
@@ -165,13 +173,25 @@ class QueryRanks:
                 raise ValueError(f"QueryRanks: {len(self.query_types)} query types for {len(self.ranks)} ranks")
         if any(r < 1 for r in self.ranks):
             raise ValueError("QueryRanks: ranks are 1-based (>= 1)")
+        if (self.confidence is None) != (self.confidence_name is None):
+            raise ValueError("QueryRanks: confidence and confidence_name go together (both or neither)")
+        if self.confidence is not None:
+            self.confidence = [float(c) for c in self.confidence]
+            if len(self.confidence) != len(self.ranks):
+                raise ValueError(f"QueryRanks: {len(self.confidence)} confidences for {len(self.ranks)} ranks")
+            if not all(np.isfinite(self.confidence)):
+                raise ValueError("QueryRanks: confidences must be finite")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ranks": self.ranks, "query_ids": self.query_ids, "query_types": self.query_types}
+        data: dict[str, Any] = {"ranks": self.ranks, "query_ids": self.query_ids, "query_types": self.query_types}
+        if self.confidence is not None:
+            data.update(confidence=self.confidence, confidence_name=self.confidence_name)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QueryRanks:
-        return cls(list(data["ranks"]), list(data["query_ids"]), data.get("query_types"))
+        return cls(list(data["ranks"]), list(data["query_ids"]), data.get("query_types"), data.get("confidence"),
+                   data.get("confidence_name"))
 
 
 class ComparisonRunner(Protocol):
@@ -364,9 +384,12 @@ def collect_ranks(records: Iterable[RunRecord], spec: ComparisonSpec, set_name: 
     """The ranks of one evaluation set as the arrays of :func:`evidential_prvr.metrics.compare_runs`.
 
     Returns ``{"method": [array [S_i, Q_i], ...], "base": [...], "data_seeds": [...], "seeds": {variant: {D:
-    [S, ...]}}, "queries": {D: Q_i}}`` over the data seeds that have at least one finished run of *both*
-    models (seeds sorted); with ``query_type``, only the queries of that type (instances without any are left
-    out). Raises :class:`UserError` when two runs on one instance ranked different queries.
+    [S, ...]}}, "queries": {D: Q_i}, "confidence": ...}`` over the data seeds that have at least one finished run
+    of *both* models (seeds sorted); with ``query_type``, only the queries of that type (instances without any
+    are left out). ``"confidence"`` is ``{"method": [array [S_i, Q_i], ...], "base": [...], "names": {"method":
+    name, "base": name}}``, the runs' per-query confidences in the layout of the ranks, when every run used has
+    one (one name per model), else ``None``. Raises :class:`UserError` when two runs on one instance ranked
+    different queries, or when one model's runs name different confidences.
     """
     by_instance: dict[int, dict[str, list[RunRecord]]] = {}
     for r in records:
@@ -377,6 +400,8 @@ def collect_ranks(records: Iterable[RunRecord], spec: ComparisonSpec, set_name: 
     seeds: dict[str, dict[str, list[int]]] = {v: {} for v in spec.variants}
     queries: dict[str, int] = {}
     used: list[int] = []
+    confidence: dict[str, list[np.ndarray]] = {v: [] for v in spec.variants}
+    names: dict[str, set[str | None]] = {v: set() for v in spec.variants}
     for data_seed in sorted(by_instance):
         runs = by_instance[data_seed]
         if not all(runs[v] for v in spec.variants):
@@ -389,20 +414,39 @@ def collect_ranks(records: Iterable[RunRecord], spec: ComparisonSpec, set_name: 
                 continue
         arrays = {}
         for variant in spec.variants:
-            rows = []
+            rows, confidences = [], []
             for r in sorted(runs[variant], key=lambda r: r.seed):
                 ranks = r.sets[set_name]
                 if ranks.query_ids != reference.query_ids:
                     raise UserError(f"{r.path}: its {set_name} queries are not those of the other runs on data seed "
                                     f"{data_seed} ({len(ranks.query_ids)} vs {len(reference.query_ids)} queries)")
                 rows.append(np.asarray(ranks.ranks, dtype=np.float64)[keep])
+                names[variant].add(ranks.confidence_name)
+                if ranks.confidence is not None:
+                    confidences.append(np.asarray(ranks.confidence, dtype=np.float64)[keep])
             arrays[variant] = np.stack(rows)
+            if len(confidences) == len(rows):
+                confidence[variant].append(np.stack(confidences))
             seeds[variant][str(data_seed)] = sorted(r.seed for r in runs[variant])
         method.append(arrays[spec.method])
         base.append(arrays[spec.base])
         queries[str(data_seed)] = int(keep.size)
         used.append(data_seed)
-    return {"method": method, "base": base, "data_seeds": used, "seeds": seeds, "queries": queries}
+    return {"method": method, "base": base, "data_seeds": used, "seeds": seeds, "queries": queries,
+            "confidence": _confidences(confidence, names, spec, set_name)}
+
+
+def _confidences(confidence: dict[str, list[np.ndarray]], names: dict[str, set[str | None]], spec: ComparisonSpec,
+                 set_name: str) -> dict[str, Any] | None:
+    """The ``"confidence"`` entry of :func:`collect_ranks`: ``None`` unless every run used has a confidence."""
+    if any(None in names[v] or not names[v] for v in spec.variants):
+        return None
+    for variant in spec.variants:
+        if len(names[variant]) > 1:
+            raise UserError(f"the {variant} runs' {set_name} confidences are of different kinds "
+                            f"({', '.join(sorted(str(n) for n in names[variant]))}); rerun them with one code")
+    return {"method": confidence[spec.method], "base": confidence[spec.base],
+            "names": {"method": next(iter(names[spec.method])), "base": next(iter(names[spec.base]))}}
 
 
 def _numbers(data: Any, prefix: str = "") -> dict[str, float]:
@@ -450,25 +494,38 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}"
 
 
+def _metric_rows(metrics: dict[str, Any], results: dict[str, Any], title: str, digits: int = 2) -> list[list[str]]:
+    """The rows of one block of comparisons (:meth:`~evidential_prvr.metrics.RunComparison.to_dict` by name):
+    each model's mean ± s.d., the difference, its interval and the side of zero (headline metrics starred)."""
+    method, base = results["method"], results["base"]
+    rows = [[title, f"{method} mean ± sd", f"{base} mean ± sd", f"{method} - {base}",
+             f"{round(100 * results['level'])}% interval", "vs 0"]]
+    for metric, c in metrics.items():
+        mark = "better" if c["beats_base"] else ("worse" if c["worse_than_base"] else "")
+        rows.append([metric + (" *" if metric in results["headline"] else ""),
+                     f"{_fmt(c['method']['mean'], digits)} ± {_fmt(c['method']['sd'], digits)}",
+                     f"{_fmt(c['base']['mean'], digits)} ± {_fmt(c['base']['sd'], digits)}",
+                     _fmt(c["difference"], digits), f"[{_fmt(c['low'], digits)}, {_fmt(c['high'], digits)}]", mark])
+    return rows
+
+
 def format_report(results: dict[str, Any]) -> str:
     """The table of a comparison's ``results.json``: per set and metric, each model's mean ± s.d. over runs,
-    the difference with its interval, and the verdict line."""
+    the difference with its interval, the selective-retrieval figures when the runs have confidences, and the
+    verdict line."""
     method, base = results["method"], results["base"]
     level = round(100 * results["level"])
     lines = []
     for set_name, block in results["sets"].items():
-        header = ["metric", f"{method} mean ± sd", f"{base} mean ± sd", f"{method} - {base}", f"{level}% interval", "vs 0"]
-        rows = [header]
-        for metric, c in block["metrics"].items():
-            mark = "better" if c["beats_base"] else ("worse" if c["worse_than_base"] else "")
-            rows.append([metric + (" *" if metric in results["headline"] else ""),
-                         f"{_fmt(c['method']['mean'])} ± {_fmt(c['method']['sd'])}",
-                         f"{_fmt(c['base']['mean'])} ± {_fmt(c['base']['sd'])}", _fmt(c["difference"]),
-                         f"[{_fmt(c['low'])}, {_fmt(c['high'])}]", mark])
         runs = block["runs"]
         lines.append(f"{set_name}: {runs[method]} {method} runs and {runs[base]} {base} runs on data seeds "
                      f"{block['data_seeds']} ({', '.join(f'{q} queries' for q in block['queries'].values())})")
-        lines.append(format_table(rows))
+        lines.append(format_table(_metric_rows(block["metrics"], results, "metric")))
+        selective = block.get("selective")
+        if selective:
+            names = selective["confidence"]
+            lines.append(f"selective retrieval ({method} by its {names['method']}, {base} by its {names['base']}):")
+            lines.append(format_table(_metric_rows(selective["metrics"], results, "selective", digits=3)))
         if block.get("per_type"):
             type_rows = [["query type", "queries (all data seeds)", *(f"{m} diff [{level}%]" for m in results["headline"])]]
             for kind, sub in block["per_type"].items():

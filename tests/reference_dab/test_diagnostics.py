@@ -107,3 +107,36 @@ def test_multi_positive_ranks() -> None:
     assert multi_positive_ranks(scores, one).tolist() == ranks_of_ground_truth(scores, torch.tensor([2, 0])).tolist()
     with pytest.raises(ValueError, match="at least one positive"):
         multi_positive_ranks(scores, torch.zeros_like(positives))
+
+
+def _brute_rank(scores: list[float], own: int) -> int:
+    return 1 + sum(1 for j, s in enumerate(scores) if j != own and s >= scores[own])
+
+
+def test_how_much_the_variance_part_moves_each_ranking_against_brute_force() -> None:
+    g = torch.Generator().manual_seed(4)
+    q, v, d = 9, 6, 3
+    text = DiagonalGaussian(torch.randn(q, d, generator=g), 0.5 * torch.randn(q, d, generator=g))
+    video = DiagonalGaussian(torch.randn(v, d, generator=g), 0.5 * torch.randn(v, d, generator=g))
+    query_video = torch.randint(0, v, (q,), generator=g)
+    kinds = ["specific", "generic", "specific"] * 3
+    result = gaussian_diagnostics(text, text, video, query_video, query_kinds=kinds, chunk=4)
+    full, by_mean = [], []
+    for i in range(q):  # the mean part: the KL with the text's variance on both sides
+        t_mu, t_var = text.mu[i].double(), text.logvar[i].double().exp()
+        mean_part = [0.5 * float(((video.mu[j].double() - t_mu) ** 2 / t_var).sum()) for j in range(v)]
+        whole = [float(c) for c in pairwise_gaussian_kl(video.mu.double(), video.logvar.double(), text.mu[i:i + 1].double(),
+                                                        text.logvar[i:i + 1].double())[:, 0]]
+        full.append(_brute_rank([-c for c in whole], int(query_video[i])))
+        by_mean.append(_brute_rank([-c for c in mean_part], int(query_video[i])))
+    moves = result["variance_moves"]
+    changes = [a - b for a, b in zip(full, by_mean)]
+    assert moves["changed"] == pytest.approx(sum(c != 0 for c in changes) / q)
+    assert moves["mean_abs_change"] == pytest.approx(sum(abs(c) for c in changes) / q)
+    assert moves["helped"] == pytest.approx(sum(c < 0 for c in changes) / q)
+    assert moves["hurt"] == pytest.approx(sum(c > 0 for c in changes) / q)
+    assert moves["top1_full"] == pytest.approx(sum(r == 1 for r in full) / q)
+    specific = [i for i, k in enumerate(kinds) if k == "specific"]
+    assert moves["by_kind.specific"]["top1_mean_part"] == pytest.approx(
+        sum(by_mean[i] == 1 for i in specific) / len(specific))
+    assert result["scale"]["text_mean_norm"] == pytest.approx(float(text.mu.norm(dim=-1).mean()), rel=1e-6)

@@ -117,7 +117,7 @@ def test_identity_backbone_starts_at_the_features_cosine() -> None:
 def _task(config: T2VConfig, tmp_path: Path) -> T2VTask:
     root = generate_t2v_benchmark(tmp_path / "d", seed=0, spec=SMALL)
     return T2VTask(config.replace(backbone={"hidden": 16, "heads": 2, "temporal_layers": 1},
-                                  head={"gaussian_dim": 8}, bridge={"n_steps": 2, "time_dim": 8}),
+                                  head={"gaussian_dim": 16}, bridge={"n_steps": 2, "time_dim": 8}),
                    load_t2v_split(root, "train"), load_t2v_split(root, "val"))
 
 

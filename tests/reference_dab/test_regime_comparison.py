@@ -18,11 +18,12 @@ from reference_models.dab.data import load_t2v_split
 from reference_models.dab.evaluate import multi_positive_ranks, score_split
 from reference_models.engine import compare as grid
 
-#: The regime's design and training (shared space, identity encoders, two groups) at a size that trains in seconds.
+#: The regime's design and training (shared space, identity encoders, two groups, the Gaussian at the backbone's
+#: width with an identity-started mean) at a size that trains in seconds.
 TINY_REGIME = dataclasses.replace(BENCHMARKS["msrvtt-regime"], n_train=24, n_val=6, n_test=12, topics=3,
                                   events_per_topic=4, frames=6, feature_dims=(16, 16))
 TINY_REGIME_CONFIG = preset("msrvtt-regime").replace(
-    backbone={"hidden": 16, "temporal_layers": 1, "heads": 2, "max_frames": 6}, head={"gaussian_dim": 8},
+    backbone={"hidden": 16, "temporal_layers": 1, "heads": 2, "max_frames": 6}, head={"gaussian_dim": 16},
     bridge={"n_steps": 2, "time_dim": 8}, optim={"epochs": 1, "batch_size": 8})
 
 
