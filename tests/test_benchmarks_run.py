@@ -27,6 +27,9 @@ SMOKE_RUNS = [
     ("hud_step_time.py", "--batch 4 --frames 2 --tokens 4 --video-dim 8 --repeats 1 --warmup 0 --threads 1",
      "ratio HUD / base"),
     ("dab_step_time.py", "--batch 4 --gallery 8 --repeats 1 --threads 1", "DAB training step / base"),
+    ("dab_one_step.py", "--gallery 8 --queries 2 --repeats 1 --threads 1", "one-step bridge / base, in a batch"),
+    ("dab_one_step.py", "--gallery 8 --queries 2 --repeats 1 --threads 1 --text-encoder clip-b32 --validate off",
+     "text encoder clip-b32"),
     ("million_clip_search.py", "--small --videos 100 --queries 30 --topics 10 --index flat "
      "--index ivf:nlist=16,nprobe=4 --candidates 101,8 --threads 1", "ratio exact / roofline"),
 ]

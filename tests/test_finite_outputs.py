@@ -220,6 +220,10 @@ def check_gaussian(name):
         (smu, slv), (tmu, tlv) = d.gaussian(n, dim), d.gaussian(m, dim)
         if name == "kl_margin":
             return F.kl_margin(F.pairwise_gaussian_kl(smu, slv, tmu, tlv))
+        if name == "prepare_kl_sources":
+            return F.prepare_kl_sources(smu, slv)
+        if name == "pairwise_gaussian_kl_prepared":
+            return F.pairwise_gaussian_kl_prepared(F.prepare_kl_sources(smu, slv), tmu, tlv)
         if name == "reparameterised_sample":
             return F.reparameterised_sample(smu, slv, d.int(1, 4), generator=d.gen)
         if name.startswith("paired_"):  # every source against every target, by broadcasting
@@ -420,6 +424,8 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "base_retrieval_loss": check_base,
     "base_retrieval_loss_details": check_base_details,
     "pairwise_gaussian_kl": check_gaussian("pairwise_gaussian_kl"),
+    "prepare_kl_sources": check_gaussian("prepare_kl_sources"),
+    "pairwise_gaussian_kl_prepared": check_gaussian("pairwise_gaussian_kl_prepared"),
     "pairwise_wasserstein2": check_gaussian("pairwise_wasserstein2"),
     "paired_gaussian_kl": check_gaussian("paired_gaussian_kl"),
     "paired_wasserstein2": check_gaussian("paired_wasserstein2"),

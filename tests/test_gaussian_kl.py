@@ -16,10 +16,12 @@ from evidential_prvr.functional import (
     paired_gaussian_kl,
     paired_wasserstein2,
     pairwise_gaussian_kl,
+    pairwise_gaussian_kl_prepared,
     pairwise_wasserstein2,
+    prepare_kl_sources,
     reparameterised_sample,
 )
-from evidential_prvr.probabilistic import DiagonalGaussian
+from evidential_prvr.probabilistic import DiagonalGaussian, KLSources
 from tests.strategies.gaussian import gaussian_pairs
 
 
@@ -150,6 +152,109 @@ def test_kl_errors():
         pairwise_gaussian_kl(mu.long(), lv, mu, lv)
     with pytest.raises(TypeError, match="torch.Tensor"):
         pairwise_gaussian_kl(mu.numpy(), lv, mu, lv)
+
+
+# ---------------------------------------------------------------- prepare_kl_sources / pairwise_gaussian_kl_prepared
+
+
+def prepared_kl(s_mu, s_lv, t_mu, t_lv):
+    return pairwise_gaussian_kl_prepared(prepare_kl_sources(s_mu, s_lv), t_mu, t_lv)
+
+
+@given(gaussian_pairs(max_n=8, max_d=12, mu_scale=50.0))
+def test_prepared_kl_matches_torch_distributions_property(pair):
+    out = prepared_kl(*pair)
+    assert out.shape == (pair[0].shape[0], pair[2].shape[0]) and bool((out >= 0).all())
+    torch.testing.assert_close(out, reference_kl(*pair), atol=1e-6, rtol=1e-10)
+
+
+@pytest.mark.parametrize("source_lv,target_lv", [(-6.0, 2.0), (2.0, -6.0)])
+def test_prepared_kl_at_bounds_d1024(source_lv, target_lv):
+    s_mu, _ = random_gaussians(3, 1024, seed=40, mu_scale=5.0)
+    t_mu, _ = random_gaussians(6, 1024, seed=41, mu_scale=5.0)
+    s_lv, t_lv = torch.full_like(s_mu, source_lv), torch.full_like(t_mu, target_lv)
+    torch.testing.assert_close(prepared_kl(s_mu, s_lv, t_mu, t_lv), reference_kl(s_mu, s_lv, t_mu, t_lv),
+                               atol=1e-6, rtol=1e-12)
+
+
+def test_prepared_sources_serve_many_target_batches():
+    s = random_gaussians(40, 32, seed=42, dtype=torch.float32)
+    t = random_gaussians(9, 32, seed=43, dtype=torch.float32)
+    sources = prepare_kl_sources(*s)
+    assert isinstance(sources, KLSources) and sources.features.shape == (40, 64) and sources.shift.shape == (1, 32)
+    whole = pairwise_gaussian_kl_prepared(sources, *t)
+    parts = torch.cat([pairwise_gaussian_kl_prepared(sources, t[0][i : i + 3], t[1][i : i + 3]) for i in (0, 3, 6)], 1)
+    ref = reference_kl(*(x.double() for x in (*s, *t)))
+    torch.testing.assert_close(whole.double(), ref, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(parts, whole, rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(whole, pairwise_gaussian_kl(*s, *t), rtol=1e-5, atol=1e-3)
+
+
+def test_prepared_kl_of_a_query_does_not_depend_on_a_far_batch_companion():
+    """pairwise_gaussian_kl centres on the targets' mean, so a far-away query in the batch costs the others
+    float32 digits; the prepared sources are centred once, on themselves."""
+    s = random_gaussians(16, 64, seed=44, dtype=torch.float32)
+    t_mu, t_lv = random_gaussians(2, 64, seed=45, dtype=torch.float32)
+    t_mu[1] += 1e4
+    ref = reference_kl(*(x.double() for x in (*s, t_mu[:1], t_lv[:1])))[:, 0]
+    prepared = prepared_kl(*s, t_mu, t_lv)[:, 0].double()
+    torch.testing.assert_close(prepared, ref, rtol=1e-5, atol=1e-3)
+    shifted_error = (pairwise_gaussian_kl(*s, t_mu, t_lv)[:, 0].double() - ref).abs().max()
+    assert (prepared - ref).abs().max() * 100 < shifted_error
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_prepared_kl_half_precision_is_upcast_and_finite(dtype):
+    s = random_gaussians(8, 1024, seed=46, dtype=dtype)
+    t = random_gaussians(8, 1024, seed=47, dtype=dtype)
+    s_mu, s_lv = (x.clone().requires_grad_() for x in s)
+    sources = prepare_kl_sources(s_mu, s_lv)
+    assert sources.features.dtype == torch.float32
+    out = pairwise_gaussian_kl_prepared(sources, *t)
+    assert out.dtype == torch.float32 and bool(torch.isfinite(out).all())
+    torch.testing.assert_close(out.double(), reference_kl(*(x.double() for x in (*s, *t))), rtol=1e-4, atol=1e-1)
+    out.sum().backward()
+    assert bool(torch.isfinite(s_mu.grad.float()).all()) and bool(torch.isfinite(s_lv.grad.float()).all())
+
+
+def test_prepared_kl_promotes_float32_sources_to_float64_targets():
+    s = random_gaussians(4, 6, seed=48, dtype=torch.float32)
+    t = random_gaussians(3, 6, seed=49)
+    out = pairwise_gaussian_kl_prepared(prepare_kl_sources(*s), *t)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, reference_kl(*(x.double() for x in s), *t), atol=1e-5, rtol=1e-6)
+
+
+def test_prepared_kl_gradcheck():
+    leaves = [x.requires_grad_() for x in (*random_gaussians(3, 4, seed=50), *random_gaussians(2, 4, seed=51))]
+    assert torch.autograd.gradcheck(prepared_kl, leaves)
+
+
+def test_prepared_kl_device(device):
+    s = [x.to(device) for x in random_gaussians(3, 5, seed=52)]
+    t = [x.to(device) for x in random_gaussians(4, 5, seed=53)]
+    out = prepared_kl(*s, *t)
+    assert out.device.type == device.type
+    torch.testing.assert_close(out.cpu(), reference_kl(*(x.cpu() for x in (*s, *t))), atol=1e-6, rtol=1e-12)
+
+
+def test_prepared_kl_errors():
+    mu, lv = random_gaussians(3, 4, seed=54)
+    sources = prepare_kl_sources(mu, lv)
+    with pytest.raises(TypeError, match="sources must be a KLSources"):
+        pairwise_gaussian_kl_prepared((mu, lv), mu, lv)
+    with pytest.raises(ValueError, match="sources' dimension D = 4"):
+        pairwise_gaussian_kl_prepared(sources, mu[:, :3], lv[:, :3])
+    with pytest.raises(ValueError, match="target_mu and target_logvar"):
+        pairwise_gaussian_kl_prepared(sources, mu, lv[:2])
+    with pytest.raises(ValueError, match="target_logvar must be finite"):
+        pairwise_gaussian_kl_prepared(sources, mu, lv.clone().fill_(float("inf")))
+    with pytest.raises(ValueError, match="source_mu must be finite"):
+        prepare_kl_sources(mu.clone().fill_(float("nan")), lv)
+    with pytest.raises(ValueError, match="2-D"):
+        prepare_kl_sources(mu[0], lv[0])
+    with pytest.raises(TypeError, match="floating"):
+        prepare_kl_sources(mu.long(), lv)
 
 
 # ---------------------------------------------------------------- pairwise_wasserstein2

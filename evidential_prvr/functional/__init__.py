@@ -36,6 +36,7 @@ from evidential_prvr.functional._retrieval_losses import (
 # Gaussian embeddings (DAB, HUD)
 from evidential_prvr.functional._gaussian import kl_margin, pairwise_gaussian_kl, pairwise_wasserstein2, reparameterised_sample
 from evidential_prvr.functional._gaussian import paired_gaussian_kl, paired_wasserstein2
+from evidential_prvr.functional._gaussian import pairwise_gaussian_kl_prepared, prepare_kl_sources
 from evidential_prvr.functional._dab import bounded_contraction, bridge_step_sizes, combine_video_log_variances, pac_loss, sinusoidal_time_embedding
 from evidential_prvr.functional._bridge_distillation import bridge_distillation_loss
 from evidential_prvr.functional._hud import batch_classification_loss, biased_max_similarity, holistic_atomistic_consistency_loss
@@ -89,6 +90,8 @@ __all__ = [
     "base_retrieval_loss_details",
     # Gaussian embeddings (DAB, HUD)
     "pairwise_gaussian_kl",
+    "prepare_kl_sources",
+    "pairwise_gaussian_kl_prepared",
     "pairwise_wasserstein2",
     "paired_gaussian_kl",
     "paired_wasserstein2",

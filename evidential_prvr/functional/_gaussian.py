@@ -29,7 +29,10 @@ from evidential_prvr._docs import finite_check, insert_docs
 
 __all__ = [
     "DiagonalGaussian",
+    "KLSources",
     "pairwise_gaussian_kl",
+    "prepare_kl_sources",
+    "pairwise_gaussian_kl_prepared",
     "pairwise_wasserstein2",
     "paired_gaussian_kl",
     "paired_wasserstein2",
@@ -170,18 +173,159 @@ def pairwise_gaussian_kl(
     """
     _check_pairwise_inputs(source_mu, source_logvar, target_mu, target_logvar)
     dtype = _common_dtype(source_mu, source_logvar, target_mu, target_logvar)
-    s_mu, s_lv = source_mu.to(dtype), source_logvar.to(dtype)
     t_mu, t_lv = target_mu.to(dtype), target_logvar.to(dtype)
-    shift = t_mu.detach().mean(dim=0, keepdim=True)
-    s_mu, t_mu = s_mu - shift, t_mu - shift
+    sources = _kl_sources(source_mu.to(dtype), source_logvar.to(dtype), t_mu.detach().mean(dim=0, keepdim=True))
+    return _kl_to_targets(sources, t_mu, t_lv)
+
+
+class KLSources(NamedTuple):
+    """The source side of :func:`pairwise_gaussian_kl`, prepared once by :func:`prepare_kl_sources` for
+    many calls of :func:`pairwise_gaussian_kl_prepared` (a gallery of videos against query after query).
+
+    Attributes
+    ----------
+    features : torch.Tensor
+        ``[N_s, 2D]``: :math:`[\\tilde\\mu_s^2 + \\sigma_s^2,\\ -2\\tilde\\mu_s]` with
+        :math:`\\tilde\\mu_s = \\mu_s - c`.
+    row : torch.Tensor
+        ``[N_s]``: :math:`-\\sum_d \\log\\sigma^2_{s,d} - D`.
+    shift : torch.Tensor
+        ``[1, D]``: the (detached) centre :math:`c` subtracted from every mean, the sources' mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import prepare_kl_sources
+    >>> sources = prepare_kl_sources(torch.randn(1000, 256), torch.zeros(1000, 256))  # a gallery, once
+    >>> sources.features.shape, sources.row.shape, sources.shift.shape
+    (torch.Size([1000, 512]), torch.Size([1000]), torch.Size([1, 256]))
+
+    References
+    ----------
+    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 3.
+    """
+
+    features: torch.Tensor
+    row: torch.Tensor
+    shift: torch.Tensor
+
+
+def _kl_sources(s_mu: torch.Tensor, s_lv: torch.Tensor, shift: torch.Tensor) -> KLSources:
+    s_mu = s_mu - shift
+    features = torch.cat([s_mu.square() + torch.exp(s_lv), -2.0 * s_mu], dim=1)
+    return KLSources(features, -s_lv.sum(dim=1) - s_mu.shape[1], shift)
+
+
+def _kl_to_targets(sources: KLSources, t_mu: torch.Tensor, t_lv: torch.Tensor) -> torch.Tensor:
+    t_mu = t_mu - sources.shift
     t_precision = torch.exp(-t_lv)
-    source_features = torch.cat([s_mu.square() + torch.exp(s_lv), -2.0 * s_mu], dim=1)
     target_features = torch.cat([t_precision, t_mu * t_precision], dim=1)
-    row = -s_lv.sum(dim=1) - s_mu.shape[1]
     col = (t_mu.square() * t_precision + t_lv).sum(dim=1)
     # one [N_s, N_t] buffer: addmm fuses the column term, the row term and the clamp are in place
-    kl = torch.addmm(0.5 * col[None, :], source_features, target_features.T, alpha=0.5)
-    return kl.add_(0.5 * row[:, None]).clamp_min_(0.0)
+    kl = torch.addmm(0.5 * col[None, :], sources.features, target_features.T, alpha=0.5)
+    return kl.add_(0.5 * sources.row[:, None]).clamp_min_(0.0)
+
+
+def prepare_kl_sources(source_mu: torch.Tensor, source_logvar: torch.Tensor) -> KLSources:
+    """Prepare the sources of :func:`pairwise_gaussian_kl` once, for :func:`pairwise_gaussian_kl_prepared`.
+
+    Everything of the expansion in :func:`pairwise_gaussian_kl` that depends only on the sources (DAB, Key
+    Design 3): their ``[N_s, 2D]`` matrix-product features and their row term, centred on the sources' own
+    (detached) mean. A gallery of video Gaussians is prepared once; each query then costs one
+    ``[N_s, 2D] @ [2D, N_t]`` product and ``O(N_t D)`` work on its own side, and its divergences no longer
+    depend on the other queries of its batch (:func:`pairwise_gaussian_kl` centres on the targets' mean).
+    Gradients flow to ``source_mu`` and ``source_logvar`` through the prepared tensors.
+
+    Parameters
+    ----------
+    source_mu, source_logvar : torch.Tensor
+        ``[N_s, D]`` means and log-variances of the first argument of the KL.
+
+    Returns
+    -------
+    ~evidential_prvr.probabilistic.KLSources
+        In float32 for float16/bfloat16 inputs, otherwise in the inputs' widest dtype.
+
+    Raises
+    ------
+    ValueError
+        If a tensor is not 2-D, the shapes differ, or (with checks on) a value is not finite.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import pairwise_gaussian_kl_prepared, prepare_kl_sources
+    >>> gallery = prepare_kl_sources(torch.zeros(2, 2), torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
+    >>> pairwise_gaussian_kl_prepared(gallery, torch.zeros(1, 2), torch.zeros(1, 2))  # KL(gallery_i || query)
+    tensor([[0.0000],
+            [0.7183]])
+
+    References
+    ----------
+    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 3.
+    """
+    _check_gaussian(source_mu, source_logvar, "source", ndim=2)
+    dtype = _common_dtype(source_mu, source_logvar)
+    s_mu = source_mu.to(dtype)
+    return _kl_sources(s_mu, source_logvar.to(dtype), s_mu.detach().mean(dim=0, keepdim=True))
+
+
+def pairwise_gaussian_kl_prepared(
+    sources: KLSources, target_mu: torch.Tensor, target_logvar: torch.Tensor
+) -> torch.Tensor:
+    """:func:`pairwise_gaussian_kl` of prepared sources (:func:`prepare_kl_sources`) against ``[N_t, D]`` targets.
+
+    Entry ``[i, j]`` is :math:`D_{\\mathrm{KL}}(\\mathcal{N}_{s,i} \\,\\|\\, \\mathcal{N}_{t,j})` (DAB, Key Design
+    3), equal to :func:`pairwise_gaussian_kl` up to float rounding (the two centre the means differently).
+
+    Parameters
+    ----------
+    sources : ~evidential_prvr.probabilistic.KLSources
+        ``N_s`` prepared sources of dimension ``D``.
+    target_mu, target_logvar : torch.Tensor
+        ``[N_t, D]`` means and log-variances of the second argument of the KL.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[N_s, N_t]`` non-negative divergences, in the wider of the sources' dtype and the targets' (float32
+        for float16/bfloat16 targets).
+
+    Raises
+    ------
+    TypeError
+        If ``sources`` is not a :class:`~evidential_prvr.probabilistic.KLSources`.
+    ValueError
+        If a target tensor is not 2-D, its shapes differ, its dimension is not the sources', it is on another
+        device, or (with checks on) a value is not finite.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import pairwise_gaussian_kl, pairwise_gaussian_kl_prepared, prepare_kl_sources
+    >>> videos, text = (torch.randn(100, 8), torch.randn(100, 8)), (torch.randn(1, 8), torch.randn(1, 8))
+    >>> gallery = prepare_kl_sources(*videos)
+    >>> cost = pairwise_gaussian_kl_prepared(gallery, *text).T  # DAB's [queries, videos] cost
+    >>> torch.allclose(cost, pairwise_gaussian_kl(*videos, *text).T, rtol=1e-5, atol=1e-4)
+    True
+
+    References
+    ----------
+    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 3.
+    """
+    if not isinstance(sources, KLSources):
+        raise TypeError(f"sources must be a KLSources (from prepare_kl_sources), got {type(sources).__name__}")
+    _check_gaussian(target_mu, target_logvar, "target", ndim=2)
+    dim = sources.shift.shape[1]
+    if target_mu.shape[1] != dim:
+        raise ValueError(f"target_mu must have the sources' dimension D = {dim}, got shape {tuple(target_mu.shape)}")
+    if target_mu.device != sources.features.device:
+        raise ValueError(f"sources and target must be on the same device, got {sources.features.device} and "
+                         f"{target_mu.device}")
+    dtype = torch.promote_types(sources.features.dtype, _common_dtype(target_mu, target_logvar))
+    if dtype != sources.features.dtype:
+        sources = KLSources(*(t.to(dtype) for t in sources))
+    return _kl_to_targets(sources, target_mu.to(dtype), target_logvar.to(dtype))
 
 
 def pairwise_wasserstein2(

@@ -6,7 +6,7 @@ This package holds the ``nn.Module`` wrappers and result types; the pure functio
 :mod:`evidential_prvr.functional`.
 """
 
-from evidential_prvr.functional._gaussian import DiagonalGaussian
+from evidential_prvr.functional._gaussian import DiagonalGaussian, KLSources
 from evidential_prvr.probabilistic._alignment import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic._dab import (
     BridgeDistillationLoss,
@@ -27,6 +27,7 @@ from evidential_prvr.probabilistic._hud_objective import HUD_DERIVATIVES, HUDCom
 
 __all__ = [
     "DiagonalGaussian",
+    "KLSources",
     # DAB
     "GaussianEmbeddingHead",
     "TokenUncertaintyHead",

@@ -62,6 +62,38 @@ def test_dab_cost_is_the_directional_kl_of_video_to_bridged_text() -> None:
     torch.testing.assert_close(w2(text, frames, mask).cost, reference_w2, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("cost", ["kl", "w2"])
+def test_a_prepared_gallery_scores_as_the_unprepared_one(cost: str) -> None:
+    """``encode_gallery(prepare_kl=True)``: the KL's video side prepared once, the same cost up to rounding and
+    against the independent KL; training and evaluation's default gallery is left unprepared, bit for bit."""
+    torch.manual_seed(3)
+    model = T2VModel(12, 10, TINY_CONFIG.replace(head={"cost": cost})).eval()
+    with torch.no_grad():
+        model.bridge.drift[-1].weight.normal_(std=0.1)
+    text, frames, mask = _inputs(q=5)
+    plain, prepared = model.encode_gallery(frames, mask), model.encode_gallery(frames, mask, prepare_kl=True)
+    assert plain.kl_sources is None and (prepared.kl_sources is not None) == (cost == "kl")
+    embedded = model.encode_text(text)
+    expected = model.score(embedded, plain)
+    assert torch.equal(expected.cost, model(text, frames, mask).cost)
+    torch.testing.assert_close(model.score(embedded, prepared).cost, expected.cost, rtol=1e-5, atol=1e-4)
+    for i in range(5):  # one query at a time: the same row
+        torch.testing.assert_close(model.score(embedded[i : i + 1], prepared).cost, expected.cost[i : i + 1],
+                                   rtol=1e-5, atol=1e-4)
+
+
+def test_the_base_ranks_against_its_gallery_at_unit_norm() -> None:
+    torch.manual_seed(4)
+    model = T2VModel(12, 10, TINY_CONFIG.replace(head={"variant": "base"}))
+    text, frames, mask = _inputs()
+    gallery = model.encode_gallery(frames, mask)
+    assert gallery.unit is not None and gallery.kl_sources is None
+    torch.testing.assert_close(gallery.unit.norm(dim=-1), torch.ones(4))
+    cosine = torch.nn.functional.normalize(model.encode_text(text), dim=-1) @ gallery.unit.T
+    torch.testing.assert_close(model.score(model.encode_text(text), gallery).logits,
+                               model.log_scale.exp() * cosine)
+
+
 def test_bridge_is_the_identity_at_initialisation() -> None:
     torch.manual_seed(2)
     dab = T2VModel(12, 10, TINY_CONFIG)
