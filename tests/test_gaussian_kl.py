@@ -42,6 +42,14 @@ def random_gaussians(n, d, *, seed, low=-6.0, high=2.0, mu_scale=1.0, dtype=torc
 # ---------------------------------------------------------------- pairwise_gaussian_kl
 
 
+def prepared_kl(s_mu, s_lv, t_mu, t_lv):
+    return pairwise_gaussian_kl_prepared(prepare_kl_sources(s_mu, s_lv), t_mu, t_lv)
+
+
+#: The KL of every pair, in one call or with the sources prepared first.
+PAIRWISE_KL = [pytest.param(pairwise_gaussian_kl, id="direct"), pytest.param(prepared_kl, id="prepared")]
+
+
 @pytest.mark.parametrize("d", [1, 7, 1024])
 def test_kl_matches_torch_distributions(d):
     s = random_gaussians(5, d, seed=1)
@@ -95,13 +103,14 @@ def test_kl_float32_is_accurate_for_realistic_sizes():
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-2)
 
 
+@pytest.mark.parametrize("kl", PAIRWISE_KL)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_kl_half_precision_is_upcast_and_finite(dtype):
+def test_kl_half_precision_is_upcast_and_finite(dtype, kl):
     s = random_gaussians(8, 1024, seed=9, dtype=dtype)
     t = random_gaussians(8, 1024, seed=10, dtype=dtype)
     t[1].fill_(-6.0)
     s_mu, s_lv = (x.clone().requires_grad_() for x in s)
-    out = pairwise_gaussian_kl(s_mu, s_lv, *t)
+    out = kl(s_mu, s_lv, *t)
     assert out.dtype == torch.float32
     assert bool(torch.isfinite(out).all())
     ref = reference_kl(*(x.double() for x in (*s, *t)))
@@ -123,15 +132,17 @@ def test_kl_gradients_finite_at_bounds_d1024():
     assert all(bool(torch.isfinite(x.grad).all()) for x in leaves)
 
 
-def test_kl_gradcheck():
+@pytest.mark.parametrize("kl", PAIRWISE_KL)
+def test_kl_gradcheck(kl):
     leaves = [x.requires_grad_() for x in (*random_gaussians(3, 4, seed=13), *random_gaussians(2, 4, seed=14))]
-    assert torch.autograd.gradcheck(pairwise_gaussian_kl, leaves)
+    assert torch.autograd.gradcheck(kl, leaves)
 
 
-def test_kl_device(device):
+@pytest.mark.parametrize("kl", PAIRWISE_KL)
+def test_kl_device(device, kl):
     s = [x.to(device) for x in random_gaussians(3, 5, seed=15)]
     t = [x.to(device) for x in random_gaussians(4, 5, seed=16)]
-    out = pairwise_gaussian_kl(*s, *t)
+    out = kl(*s, *t)
     assert out.device.type == device.type
     torch.testing.assert_close(out.cpu(), reference_kl(*(x.cpu() for x in (*s, *t))), atol=1e-6, rtol=1e-12)
 
@@ -157,10 +168,6 @@ def test_kl_errors():
 # ---------------------------------------------------------------- prepare_kl_sources / pairwise_gaussian_kl_prepared
 
 
-def prepared_kl(s_mu, s_lv, t_mu, t_lv):
-    return pairwise_gaussian_kl_prepared(prepare_kl_sources(s_mu, s_lv), t_mu, t_lv)
-
-
 @given(gaussian_pairs(max_n=8, max_d=12, mu_scale=50.0))
 def test_prepared_kl_matches_torch_distributions_property(pair):
     out = prepared_kl(*pair)
@@ -182,6 +189,7 @@ def test_prepared_sources_serve_many_target_batches():
     t = random_gaussians(9, 32, seed=43, dtype=torch.float32)
     sources = prepare_kl_sources(*s)
     assert isinstance(sources, KLSources) and sources.features.shape == (40, 64) and sources.shift.shape == (1, 32)
+    assert prepare_kl_sources(*(x.half() for x in s)).features.dtype == torch.float32
     whole = pairwise_gaussian_kl_prepared(sources, *t)
     parts = torch.cat([pairwise_gaussian_kl_prepared(sources, t[0][i : i + 3], t[1][i : i + 3]) for i in (0, 3, 6)], 1)
     ref = reference_kl(*(x.double() for x in (*s, *t)))
@@ -203,39 +211,12 @@ def test_prepared_kl_of_a_query_does_not_depend_on_a_far_batch_companion():
     assert (prepared - ref).abs().max() * 100 < shifted_error
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_prepared_kl_half_precision_is_upcast_and_finite(dtype):
-    s = random_gaussians(8, 1024, seed=46, dtype=dtype)
-    t = random_gaussians(8, 1024, seed=47, dtype=dtype)
-    s_mu, s_lv = (x.clone().requires_grad_() for x in s)
-    sources = prepare_kl_sources(s_mu, s_lv)
-    assert sources.features.dtype == torch.float32
-    out = pairwise_gaussian_kl_prepared(sources, *t)
-    assert out.dtype == torch.float32 and bool(torch.isfinite(out).all())
-    torch.testing.assert_close(out.double(), reference_kl(*(x.double() for x in (*s, *t))), rtol=1e-4, atol=1e-1)
-    out.sum().backward()
-    assert bool(torch.isfinite(s_mu.grad.float()).all()) and bool(torch.isfinite(s_lv.grad.float()).all())
-
-
 def test_prepared_kl_promotes_float32_sources_to_float64_targets():
     s = random_gaussians(4, 6, seed=48, dtype=torch.float32)
     t = random_gaussians(3, 6, seed=49)
     out = pairwise_gaussian_kl_prepared(prepare_kl_sources(*s), *t)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, reference_kl(*(x.double() for x in s), *t), atol=1e-5, rtol=1e-6)
-
-
-def test_prepared_kl_gradcheck():
-    leaves = [x.requires_grad_() for x in (*random_gaussians(3, 4, seed=50), *random_gaussians(2, 4, seed=51))]
-    assert torch.autograd.gradcheck(prepared_kl, leaves)
-
-
-def test_prepared_kl_device(device):
-    s = [x.to(device) for x in random_gaussians(3, 5, seed=52)]
-    t = [x.to(device) for x in random_gaussians(4, 5, seed=53)]
-    out = prepared_kl(*s, *t)
-    assert out.device.type == device.type
-    torch.testing.assert_close(out.cpu(), reference_kl(*(x.cpu() for x in (*s, *t))), atol=1e-6, rtol=1e-12)
 
 
 def test_prepared_kl_errors():
