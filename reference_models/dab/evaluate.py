@@ -97,11 +97,12 @@ def query_cost(model: T2VModel, split: T2VSplit, device: torch.device | str = "c
     ``flops_per_query``: floating-point operations of encoding one query and scoring it against every video
     (``torch.utils.flop_counter``, matrix products and attention); ``latency_ms_per_query``: median wall time
     of that, one query at a time, over the first ``queries`` queries. The query-independent side
-    (:meth:`~reference_models.dab.model.T2VModel.encode_gallery`: frame tokens, mean pooling, video Gaussians)
-    is computed once beforehand and not counted.
+    (:meth:`~reference_models.dab.model.T2VModel.encode_gallery` as a server prepares it, ``prepare_kl=True``:
+    frame tokens, mean pooling, the base's videos at unit norm, video Gaussians and their side of the KL) is
+    computed once beforehand and not counted.
     """
     model.eval()
-    gallery = model.encode_gallery(split.frames.to(device), split.frame_mask.to(device))
+    gallery = model.encode_gallery(split.frames.to(device), split.frame_mask.to(device), prepare_kl=True)
     text = split.text[:queries].to(device)
     counter = FlopCounterMode(display=False)
     with counter:
