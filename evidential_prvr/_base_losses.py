@@ -11,6 +11,7 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 import torch
@@ -19,11 +20,13 @@ from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
+from evidential_prvr._module_bases import LossOptions, _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
     resolve_overrides,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
     settings_repr,
 )
@@ -272,6 +275,14 @@ class QueryDiversityLoss(_ReducedLoss):
         return f"alpha={self.alpha}, delta={self.delta}, lam={self.lam}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class _BaseRetrievalLossArguments(LossOptions, BaseRetrievalSettings):
+    """The arguments of :class:`BaseRetrievalLoss`: the L_base settings, ``use_hard_negatives`` and the
+    loss options."""
+
+    use_hard_negatives: bool = False
+
+
 @settings_properties(BaseRetrievalSettings)
 @insert_docs(base=BASE_LOSS_PARAMETERS, value_checks=VALUE_CHECKS)
 class BaseRetrievalLoss(_SettingsLoss):
@@ -324,30 +335,10 @@ class BaseRetrievalLoss(_SettingsLoss):
         div_weight: float
         _settings: BaseRetrievalSettings
 
-    def __init__(
-        self,
-        *,
-        margin: float = 0.2,
-        frame_nce_weight: float = 0.04,
-        clip_nce_weight: float = 0.02,
-        div_weight: float = 0.003,
-        div_alpha: float = 32.0,
-        div_delta: float = 0.2,
-        div_lambda: float = 1.0,
-        video_negative: VideoNegative = "hardest",
-        nce_video_to_text: NCEVideoToText = "release",
-        hard_negative_topk: int = 20,
-        use_hard_negatives: bool = False,
-        reduction: Reduction = "mean",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-    ) -> None:
-        settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight,
-                                         clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
-                                         div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
-                                         nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
-        super().__init__(settings, reduction, validate_args, distributed)
-        self.use_hard_negatives = bool(use_hard_negatives)
+    @settings_constructor(_BaseRetrievalLossArguments)
+    def __init__(self, arguments: _BaseRetrievalLossArguments) -> None:
+        super().__init__(settings_of(arguments, BaseRetrievalSettings), arguments)
+        self.use_hard_negatives = bool(arguments.use_hard_negatives)
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -14,7 +15,9 @@ from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     module_from_settings,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
     settings_repr,
 )
@@ -51,6 +54,13 @@ class FlexibleOTOverrides(TypedDict, total=False):
     tol: float | None
     method: SinkhornMethod
     validate_args: bool | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _FlexibleOTArguments(TransportSettings):
+    """The arguments of :class:`FlexibleOT`: the transport settings and ``validate_args``."""
+
+    validate_args: bool | None = None
 
 
 @settings_properties(TransportSettings)
@@ -116,24 +126,9 @@ class FlexibleOT(_SettingsModule):
         method: SinkhornMethod
         _settings: TransportSettings
 
-    def __init__(
-        self,
-        *,
-        epsilon: float = 0.1,
-        n_iters: int = 50,
-        dustbin_quantile: float | None = 0.3,
-        normalize: FOTNormalization = "minmax",
-        minmax_over: MinmaxScope = "block",
-        marginals: FOTMarginals = "release",
-        grad: SinkhornGrad = "detach",
-        tol: float | None = None,
-        method: SinkhornMethod = "auto",
-        validate_args: bool | None = None,
-    ) -> None:
-        settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
-                                     normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad,
-                                     tol=tol, method=method)
-        super().__init__(settings, validate_args)
+    @settings_constructor(_FlexibleOTArguments)
+    def __init__(self, arguments: _FlexibleOTArguments) -> None:
+        super().__init__(settings_of(arguments, TransportSettings), arguments.validate_args)
 
     @classmethod
     def from_settings(cls, settings: TransportSettings, *, validate_args: bool | None = None) -> FlexibleOT:

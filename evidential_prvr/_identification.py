@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -12,8 +13,9 @@ from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
     check_settings,
     module_from_settings,
-    settings_fields,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
     settings_repr,
 )
@@ -52,6 +54,15 @@ class IdentifierOverrides(IdentificationOverrides, total=False):
     :class:`IdentificationOverrides` and ``threshold_decay``."""
 
     threshold_decay: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _IdentifierArguments(IdentificationSettings):
+    """The arguments of :class:`UncertaintyGuidedIdentifier`: the identification settings and its options."""
+
+    validate_args: bool | None = None
+    distributed: bool = False
+    threshold_decay: float | None = None
 
 
 @settings_properties(IdentificationSettings)
@@ -103,24 +114,12 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         fusion: Fusion
         _settings: IdentificationSettings
 
-    def __init__(
-        self,
-        *,
-        beta: float = 0.3,
-        tau: float = 0.1,
-        tanh_scaling: TanhScaling = "inside",
-        entropy_median: EntropyMedian = "candidates",
-        matched: MatchRule = "any_positive",
-        fusion: Fusion = "uncertainty_dominant",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-        threshold_decay: float | None = None,
-    ) -> None:
-        settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling,
-                                          entropy_median=entropy_median, matched=matched, fusion=fusion)
-        super().__init__(settings, validate_args)
-        self.distributed = bool(distributed)
-        self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
+    @settings_constructor(_IdentifierArguments)
+    def __init__(self, arguments: _IdentifierArguments) -> None:
+        super().__init__(settings_of(arguments, IdentificationSettings), arguments.validate_args)
+        self.distributed = bool(arguments.distributed)
+        decay = arguments.threshold_decay
+        self.threshold_ema = None if decay is None else ThresholdEMA(decay)
 
     @property
     def threshold_decay(self) -> float | None:
@@ -133,8 +132,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
         check_settings(settings, IdentificationSettings)
-        own = IdentificationSettings(**settings_fields(settings, IdentificationSettings))
-        return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
+        return module_from_settings(cls, IdentificationSettings, settings_of(settings, IdentificationSettings), validate_args=validate_args,
                                     distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod

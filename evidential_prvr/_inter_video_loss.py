@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -11,10 +12,12 @@ from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._identification import IdentificationOverrides, UncertaintyGuidedIdentifier
-from evidential_prvr._module_bases import _SettingsLoss
+from evidential_prvr._module_bases import LossOptions, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
 )
 from evidential_prvr.choices import (
@@ -52,6 +55,11 @@ class EvidentialRetrievalLossOverrides(IdentificationOverrides, total=False):
     calibration_set: CalibrationSet
     terms: tuple[InterTerm, ...]
     reduction: Reduction
+
+
+@dataclass(frozen=True, kw_only=True)
+class _InterVideoLossArguments(LossOptions, InterVideoSettings):
+    """The arguments of :class:`EvidentialRetrievalLoss`: the L_inter settings and the loss options."""
 
 
 @settings_properties(InterVideoSettings)
@@ -107,27 +115,9 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         terms: tuple[InterTerm, ...]
         _settings: InterVideoSettings
 
-    def __init__(
-        self,
-        *,
-        beta: float = 0.3,
-        tau: float = 0.1,
-        tanh_scaling: TanhScaling = "inside",
-        entropy_median: EntropyMedian = "candidates",
-        matched: MatchRule = "any_positive",
-        fusion: Fusion = "uncertainty_dominant",
-        gamma: float = 0.2,
-        calibrate: bool = True,
-        calibration_set: CalibrationSet = "refined",
-        terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
-        reduction: Reduction = "mean",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-    ) -> None:
-        settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                      matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
-                                      calibration_set=calibration_set, terms=terms)
-        super().__init__(settings, reduction, validate_args, distributed)
+    @settings_constructor(_InterVideoLossArguments)
+    def __init__(self, arguments: _InterVideoLossArguments) -> None:
+        super().__init__(settings_of(arguments, InterVideoSettings), arguments)
 
     @classmethod
     def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
 import torch
@@ -12,8 +13,14 @@ from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers,
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
-from evidential_prvr._module_bases import _SettingsLoss
-from evidential_prvr._overrides import check_settings, override_settings, settings_properties
+from evidential_prvr._module_bases import LossOptions, _SettingsLoss
+from evidential_prvr._overrides import (
+    module_from_settings,
+    override_settings,
+    settings_constructor,
+    settings_of,
+    settings_properties,
+)
 from evidential_prvr.choices import DatasetName, IntraAssignment, Preset, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._intra_video import (
@@ -42,6 +49,14 @@ class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
     reduction: Reduction
     validate_args: bool | None
     distributed: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class _IntraVideoLossArguments(LossOptions, IntraVideoSettings):
+    """The arguments of :class:`IntraVideoEvidentialLoss`: the transport (also positional), the evidence
+    settings and the loss options."""
+
+    fot: FlexibleOT | None = field(default=None, kw_only=False)
 
 
 @settings_properties(IntraVideoSettings)
@@ -88,26 +103,13 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         assignment: IntraAssignment
         _settings: IntraVideoSettings
 
-    def __init__(
-        self,
-        fot: FlexibleOT | None = None,
-        *,
-        tau: float = 0.06,
-        tanh_scaling: TanhScaling = "outside",
-        assignment: IntraAssignment = "fot",
-        reduction: Reduction = "mean",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-    ) -> None:
-        settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
-        self._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
-
-    def _init(self, settings: IntraVideoSettings, fot: FlexibleOT, reduction: Reduction, validate_args: bool | None,
-              distributed: bool = False) -> None:
+    @settings_constructor(_IntraVideoLossArguments)
+    def __init__(self, arguments: _IntraVideoLossArguments) -> None:
+        fot = FlexibleOT() if arguments.fot is None else arguments.fot
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
-        _SettingsLoss.__init__(self, settings, reduction, validate_args, distributed)
-        if settings.assignment == "fot" and fot.dustbin_quantile is None:
+        super().__init__(settings_of(arguments, IntraVideoSettings), arguments)
+        if arguments.assignment == "fot" and fot.dustbin_quantile is None:
             raise ValueError("assignment='fot' needs a transport with a dustbin; got fot.dustbin_quantile=None")
         self.fot = fot
 
@@ -116,10 +118,8 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
                       validate_args: bool | None = None, distributed: bool = False) -> IntraVideoEvidentialLoss:
         """The loss of an :class:`~evidential_prvr.presets.IntraVideoSettings` (e.g. a registry section) and
         a transport (default ``FlexibleOT()``)."""
-        check_settings(settings, IntraVideoSettings)
-        module = cls.__new__(cls)
-        module._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
-        return module
+        return module_from_settings(cls, IntraVideoSettings, settings, fot=fot, reduction=reduction,
+                                    validate_args=validate_args, distributed=distributed)
 
     @classmethod
     def from_preset(

@@ -2,7 +2,9 @@
 
 Each operation has one frozen, keyword-only settings dataclass (its hyperparameters, defaults and
 checks). A module keeps one instance of it; :func:`settings_properties` exposes its fields as
-attributes (assigning one validates the new value by rebuilding the settings). Every ``from_preset``
+attributes (assigning one validates the new value by rebuilding the settings), and
+:func:`settings_constructor` makes its constructor from a dataclass of its arguments (the settings' fields
+and the module's own options), so that the fields are written once. Every ``from_preset``
 resolves its overrides with :func:`resolve_overrides` (directly, or through :func:`override_settings`
 and :func:`settings_from_preset` for a settings dataclass), which refuses unknown names with a
 ``TypeError``; :func:`module_from_settings` then builds the module from the resolved values.
@@ -11,8 +13,9 @@ and :func:`settings_from_preset` for a settings dataclass), which refuses unknow
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -25,6 +28,8 @@ __all__ = [
     "check_settings",
     "module_from_settings",
     "settings_fields",
+    "settings_of",
+    "settings_constructor",
     "settings_properties",
     "settings_repr",
 ]
@@ -33,6 +38,8 @@ S = TypeVar("S", bound="DataclassInstance")  # a settings dataclass
 C = TypeVar("C", bound=type)
 M = TypeVar("M")
 M_co = TypeVar("M_co", covariant=True)
+A = TypeVar("A")  # a module's arguments dataclass
+P = ParamSpec("P")
 
 
 class _FromSettings(Protocol[M_co]):
@@ -72,6 +79,37 @@ def settings_fields(settings: DataclassInstance, schema: DataclassInstance | typ
     """The field values of a settings dataclass, by name (not copied); with ``schema``, only those of the
     fields of ``schema`` (the part of an extended settings object that a base schema holds)."""
     return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings if schema is None else schema)}
+
+
+def settings_of(values: DataclassInstance, schema: type[S]) -> S:
+    """A ``schema`` instance of the fields of ``values`` that ``schema`` holds (checked again): the settings
+    part of a module's arguments, or the base part of an extended settings object."""
+    return schema(**settings_fields(values, schema))
+
+
+def settings_constructor(
+    arguments: Callable[P, A]
+) -> Callable[[Callable[[M, A], None]], Callable[Concatenate[M, P], None]]:
+    """Decorator of a module's ``__init__(self, arguments)``: the constructor takes the parameters of the
+    dataclass ``arguments`` (a settings dataclass extended with the module's own options), builds it (its
+    defaults and checks) and passes it on. Type checkers and :func:`inspect.signature` see those parameters."""
+    signature = inspect.signature(arguments)
+
+    def decorate(init: Callable[[M, A], None]) -> Callable[Concatenate[M, P], None]:
+        def __init__(self: M, /, *args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as error:  # named after the module, not after the arguments dataclass
+                raise TypeError(f"{type(self).__name__}() {error}") from None
+            init(self, arguments(*args, **kwargs))
+
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[self_parameter, *signature.parameters.values()], return_annotation="None")
+        __init__.__qualname__, __init__.__doc__ = init.__qualname__, init.__doc__
+        return __init__
+
+    return decorate
 
 
 def override_settings(
