@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -15,8 +16,12 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import LossOptions, _SettingsLoss
 from evidential_prvr._overrides import (
+    M,
+    P,
+    constructor_options,
     module_from_settings,
     override_settings,
+    preset_overrides,
     settings_constructor,
     settings_of,
     settings_properties,
@@ -31,32 +36,7 @@ from evidential_prvr.functional._intra_video import (
 )
 from evidential_prvr.presets import module_settings
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-__all__ = ["IntraVideoEvidentialLoss", "IntraVideoEvidentialLossOverrides"]
-
-
-class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
-    """The keyword overrides of :meth:`IntraVideoEvidentialLoss.from_preset`: the fields of
-    :class:`~evidential_prvr.presets.IntraVideoSettings`, ``fot``, ``reduction``, ``validate_args`` and
-    ``distributed``."""
-
-    tau: float
-    tanh_scaling: TanhScaling
-    assignment: IntraAssignment
-    fot: FlexibleOT | None
-    reduction: Reduction
-    validate_args: bool | None
-    distributed: bool
-
-
-@dataclass(frozen=True, kw_only=True)
-class _IntraVideoLossArguments(LossOptions, IntraVideoSettings):
-    """The arguments of :class:`IntraVideoEvidentialLoss`: the transport (also positional), the evidence
-    settings and the loss options."""
-
-    fot: FlexibleOT | None = field(default=None, kw_only=False)
+__all__ = ["IntraVideoEvidentialLoss"]
 
 
 @settings_properties(IntraVideoSettings)
@@ -103,8 +83,15 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         assignment: IntraAssignment
         _settings: IntraVideoSettings
 
-    @settings_constructor(_IntraVideoLossArguments)
-    def __init__(self, arguments: _IntraVideoLossArguments) -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class _Arguments(LossOptions, IntraVideoSettings):
+        """The constructor's arguments: the transport (also positional), the evidence
+        settings and the loss options."""
+
+        fot: FlexibleOT | None = field(default=None, kw_only=False)
+
+    @settings_constructor(_Arguments)
+    def __init__(self, arguments: _Arguments) -> None:
         fot = FlexibleOT() if arguments.fot is None else arguments.fot
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
@@ -123,22 +110,23 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
-    ) -> IntraVideoEvidentialLoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's).
 
         ``"release"``: ``FlexibleOT.from_preset("release", dataset)``, :math:`\\tau_{\\text{intra}}` = 0.06 (TVR)
         or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence of the min-max normalised
         similarities. ``"paper"``: ``FlexibleOT.from_preset("paper")`` and the evidence of Eq. 3 as
-        written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` replace any
-        constructor argument (``tau=``, ``assignment=``, ``fot=``, ...).
+        written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` (and ``fot``,
+        also positionally) replace any constructor argument (``tau=``, ``assignment=``, ``fot=``, ...).
         """
         sections = module_settings(preset, dataset)
-        settings, extras = override_settings(sections.intra, overrides, cls.__name__,
-                                             ("fot", "reduction", "validate_args", "distributed"))
+        module = cast("type[IntraVideoEvidentialLoss]", cls)
+        settings, extras = override_settings(sections.intra, preset_overrides(cls, args, overrides), module.__name__,
+                                             constructor_options(cls, sections.intra))
         fot = extras.pop("fot") if "fot" in extras else FlexibleOT.from_settings(sections.transport)
-        return cls.from_settings(settings, fot, **extras)
+        return cast(M, module.from_settings(settings, fot, **extras))
 
     def settings(self) -> IntraVideoSettings:
         """The evidence settings (frozen); the transport's are ``self.fot.settings()``."""

@@ -5,9 +5,10 @@ checks). A module keeps one instance of it; :func:`settings_properties` exposes 
 attributes (assigning one validates the new value by rebuilding the settings), and
 :func:`settings_constructor` makes its constructor from a dataclass of its arguments (the settings' fields
 and the module's own options), so that the fields are written once. Every ``from_preset``
-resolves its overrides with :func:`resolve_overrides` (directly, or through :func:`override_settings`
-and :func:`settings_from_preset` for a settings dataclass), which refuses unknown names with a
-``TypeError``; :func:`module_from_settings` then builds the module from the resolved values.
+takes the constructor's arguments (typed from the constructor) and resolves them with
+:func:`resolve_overrides` (directly, or through :func:`override_settings` and :func:`settings_from_preset`
+for a settings dataclass), which refuses unknown names with a ``TypeError``; :func:`module_from_settings`
+then builds the module from the resolved values.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ __all__ = [
     "reject_unknown",
     "resolve_overrides",
     "override_settings",
+    "preset_overrides",
+    "constructor_options",
     "settings_from_preset",
     "check_settings",
     "module_from_settings",
@@ -122,13 +125,34 @@ def override_settings(
     return (dataclasses.replace(settings, **values) if changed else settings), keywords
 
 
+def preset_overrides(cls: Callable[..., object], args: tuple[Any, ...], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``from_preset`` call's overrides, its positional ones named after the constructor's positional
+    parameters (a ``from_preset`` takes any constructor argument; type checkers read them from the constructor)."""
+    if not args:
+        return dict(overrides)
+    named = inspect.signature(cls).bind_partial(*args).arguments
+    twice = sorted(named.keys() & overrides.keys())
+    if twice:
+        raise TypeError(f"{cast(type, cls).__name__}.from_preset() got multiple values for {', '.join(twice)}")
+    return {**named, **overrides}
+
+
+def constructor_options(cls: Callable[..., object], settings: DataclassInstance) -> list[str]:
+    """The constructor parameters of ``cls`` that are not fields of ``settings`` (the module's own options)."""
+    fields = settings_fields(settings)
+    return [name for name in inspect.signature(cls).parameters if name not in fields]
+
+
 def settings_from_preset(
-    cls: _FromSettings[M], settings: Any, overrides: Mapping[str, Any], extras: Collection[str] = ()
+    cls: Callable[..., M], settings: Any, args: tuple[Any, ...], overrides: Mapping[str, Any]
 ) -> M:
-    """``cls.from_settings`` of a registry section with a ``from_preset`` call's overrides applied
-    (:func:`override_settings`; the names in ``extras`` go to ``from_settings`` as keywords)."""
-    new, keywords = override_settings(settings, overrides, cast(type, cls).__name__, extras)  # cls is a class
-    return cls.from_settings(new, **keywords)
+    """``cls.from_settings`` of a registry section with a ``from_preset`` call's arguments applied
+    (:func:`preset_overrides`, :func:`override_settings`; the constructor's options go to ``from_settings``
+    as keywords)."""
+    owner = cast(type, cls).__name__  # cls is a module class
+    new, keywords = override_settings(settings, preset_overrides(cls, args, overrides), owner,
+                                      constructor_options(cls, settings))
+    return cast(_FromSettings[M], cls).from_settings(new, **keywords)
 
 
 def check_settings(settings: object, settings_class: type) -> None:
