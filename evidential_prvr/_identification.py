@@ -110,7 +110,8 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
         check_settings(settings, IdentificationSettings)
-        return module_from_settings(cls, IdentificationSettings, settings_of(settings, IdentificationSettings), validate_args=validate_args,
+        own = settings_of(settings, IdentificationSettings)
+        return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
                                     distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod
