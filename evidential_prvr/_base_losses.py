@@ -10,8 +10,9 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, TypedDict, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 
@@ -19,11 +20,16 @@ from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._module_bases import _ReducedLoss, _SettingsLoss
+from evidential_prvr._module_bases import LossOptions, _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
+    M,
+    P,
     module_from_settings,
+    preset_overrides,
     resolve_overrides,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
     settings_repr,
 )
@@ -50,71 +56,21 @@ from evidential_prvr.functional._retrieval_losses import (
 )
 from evidential_prvr.presets import module_settings
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
 T = TypeVar("T")
 
-__all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss", "TripletRankingLossOverrides",
-           "InfoNCELossOverrides", "QueryDiversityLossOverrides", "BaseRetrievalLossOverrides"]
+__all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss"]
 
 
-class _LossOverrides(TypedDict, total=False):
-    reduction: Reduction
-    validate_args: bool | None
-    distributed: bool
-
-
-class TripletRankingLossOverrides(_LossOverrides, total=False):
-    """The keyword overrides of :meth:`TripletRankingLoss.from_preset`: its constructor's arguments."""
-
-    margin: float
-    hard_negative_topk: int
-    use_hard_negatives: bool
-    video_negative: VideoNegative
-
-
-class InfoNCELossOverrides(_LossOverrides, total=False):
-    """The keyword overrides of :meth:`InfoNCELoss.from_preset`: its constructor's arguments."""
-
-    video_to_text: NCEVideoToText
-
-
-class QueryDiversityLossOverrides(_LossOverrides, total=False):
-    """The keyword overrides of :meth:`QueryDiversityLoss.from_preset`: its constructor's arguments."""
-
-    alpha: float
-    delta: float
-    lam: float
-
-
-class BaseRetrievalLossOverrides(_LossOverrides, total=False):
-    """The keyword overrides of :meth:`BaseRetrievalLoss.from_preset`: the fields of
-    :class:`~evidential_prvr.presets.BaseRetrievalSettings`, ``use_hard_negatives``, ``reduction``,
-    ``validate_args`` and ``distributed``."""
-
-    margin: float
-    div_delta: float
-    hard_negative_topk: int
-    video_negative: VideoNegative
-    nce_video_to_text: NCEVideoToText
-    div_alpha: float
-    div_lambda: float
-    frame_nce_weight: float
-    clip_nce_weight: float
-    div_weight: float
-    use_hard_negatives: bool
-
-
-def _from_base_section(cls: type[T], preset: str, dataset: str | None, overrides: Mapping[str, object],
-                       fields: dict[str, str], **fixed: object) -> T:
+def _from_base_section(cls: Callable[..., T], preset: str, dataset: str | None, args: tuple[object, ...],
+                       overrides: Mapping[str, object], fields: dict[str, str], **fixed: object) -> T:
     """``cls`` built from the preset's ``base`` section: ``fields`` maps constructor arguments to section
     fields, ``fixed`` gives further arguments (``reduction="mean"`` and ``validate_args=None`` always);
-    ``overrides`` replace any of them."""
-    base = module_settings(preset, dataset).require("base", f"{cls.__name__}.from_preset({preset!r})")
+    the ``from_preset`` call's ``args`` and ``overrides`` replace any of them."""
+    name = cast(type, cls).__name__
+    base = module_settings(preset, dataset).require("base", f"{name}.from_preset({preset!r})")
     kwargs = {arg: getattr(base, field) for arg, field in fields.items()}
     kwargs.update(fixed, reduction="mean", validate_args=None, distributed=False)
-    return cls(**resolve_overrides(kwargs, overrides, cls.__name__)[0])
+    return cls(**resolve_overrides(kwargs, preset_overrides(cls, args, overrides), name)[0])
 
 
 class TripletRankingLoss(_ReducedLoss):
@@ -155,10 +111,10 @@ class TripletRankingLoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[TripletRankingLossOverrides]
-    ) -> TripletRankingLoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """Margin, hard-negative pool and video negative of a preset (a ``dataset`` is needed)."""
-        return _from_base_section(cls, preset, dataset, overrides, {"margin": "margin",
+        return _from_base_section(cls, preset, dataset, args, overrides, {"margin": "margin",
                                   "hard_negative_topk": "hard_negative_topk", "video_negative": "video_negative"},
                                   use_hard_negatives=False)
 
@@ -207,10 +163,10 @@ class InfoNCELoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[InfoNCELossOverrides]
-    ) -> InfoNCELoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """The video→text form of a preset (a ``dataset`` is needed)."""
-        return _from_base_section(cls, preset, dataset, overrides, {"video_to_text": "nce_video_to_text"})
+        return _from_base_section(cls, preset, dataset, args, overrides, {"video_to_text": "nce_video_to_text"})
 
     def forward(self, sim: torch.Tensor, query_video: torch.Tensor) -> torch.Tensor:
         """Loss of a ``[Q, V]`` logit matrix and its positives ``query_video`` (``[Q]`` or ``[Q, V]``); with
@@ -249,10 +205,10 @@ class QueryDiversityLoss(_ReducedLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[QueryDiversityLossOverrides]
-    ) -> QueryDiversityLoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """α, δ and λ of a preset (the release's ``neg_factor``; a ``dataset`` is needed)."""
-        return _from_base_section(cls, preset, dataset, overrides,
+        return _from_base_section(cls, preset, dataset, args, overrides,
                                   {"alpha": "div_alpha", "delta": "div_delta", "lam": "div_lambda"})
 
     def forward(self, query_emb: torch.Tensor, query_video: torch.Tensor) -> torch.Tensor:
@@ -324,30 +280,17 @@ class BaseRetrievalLoss(_SettingsLoss):
         div_weight: float
         _settings: BaseRetrievalSettings
 
-    def __init__(
-        self,
-        *,
-        margin: float = 0.2,
-        frame_nce_weight: float = 0.04,
-        clip_nce_weight: float = 0.02,
-        div_weight: float = 0.003,
-        div_alpha: float = 32.0,
-        div_delta: float = 0.2,
-        div_lambda: float = 1.0,
-        video_negative: VideoNegative = "hardest",
-        nce_video_to_text: NCEVideoToText = "release",
-        hard_negative_topk: int = 20,
-        use_hard_negatives: bool = False,
-        reduction: Reduction = "mean",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-    ) -> None:
-        settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight,
-                                         clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
-                                         div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
-                                         nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
-        super().__init__(settings, reduction, validate_args, distributed)
-        self.use_hard_negatives = bool(use_hard_negatives)
+    @dataclass(frozen=True, kw_only=True)
+    class _Arguments(LossOptions, BaseRetrievalSettings):
+        """The constructor's arguments: the L_base settings, ``use_hard_negatives`` and the
+        loss options."""
+
+        use_hard_negatives: bool = False
+
+    @settings_constructor(_Arguments)
+    def __init__(self, arguments: _Arguments) -> None:
+        super().__init__(settings_of(arguments, BaseRetrievalSettings), arguments)
+        self.use_hard_negatives = bool(arguments.use_hard_negatives)
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,
@@ -360,16 +303,15 @@ class BaseRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[BaseRetrievalLossOverrides]
-    ) -> BaseRetrievalLoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """Margin, InfoNCE and L_div weights and settings of a preset (the paper takes them from its code,
         App. A.1; ``dataset=None``: TVR's). ``overrides``: the constructor's arguments."""
         sections = module_settings(preset, dataset)
-        owner = f"{cls.__name__}.from_preset({preset!r})"
+        owner = f"{cast(type, cls).__name__}.from_preset({preset!r})"
         preset_settings = BaseRetrievalSettings.from_sections(sections.require("base", owner),
                                                               sections.require("weights", owner))
-        return settings_from_preset(cls, preset_settings, overrides,
-                                    ("use_hard_negatives", "reduction", "validate_args", "distributed"))
+        return settings_from_preset(cls, preset_settings, args, overrides)
 
     def settings(self) -> BaseRetrievalSettings:
         """The loss's settings (frozen); ``hard_negative_topk`` is used once hard negatives are on."""

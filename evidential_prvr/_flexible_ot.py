@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,8 +14,12 @@ from evidential_prvr._checks import should_validate
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
+    M,
+    P,
     module_from_settings,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
     settings_repr,
 )
@@ -29,28 +34,7 @@ from evidential_prvr.functional._flexible_ot import (
 )
 from evidential_prvr.presets import module_settings
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:
-    from typing_extensions import Unpack
-
-__all__ = ["FlexibleOT", "FlexibleOTOverrides"]
-
-
-class FlexibleOTOverrides(TypedDict, total=False):
-    """The keyword overrides of :meth:`FlexibleOT.from_preset`: the fields of
-    :class:`~evidential_prvr.presets.TransportSettings` and ``validate_args`` (each optional)."""
-
-    epsilon: float
-    n_iters: int
-    dustbin_quantile: float | None
-    normalize: FOTNormalization
-    minmax_over: MinmaxScope
-    marginals: FOTMarginals
-    grad: SinkhornGrad
-    tol: float | None
-    method: SinkhornMethod
-    validate_args: bool | None
+__all__ = ["FlexibleOT"]
 
 
 @settings_properties(TransportSettings)
@@ -116,24 +100,15 @@ class FlexibleOT(_SettingsModule):
         method: SinkhornMethod
         _settings: TransportSettings
 
-    def __init__(
-        self,
-        *,
-        epsilon: float = 0.1,
-        n_iters: int = 50,
-        dustbin_quantile: float | None = 0.3,
-        normalize: FOTNormalization = "minmax",
-        minmax_over: MinmaxScope = "block",
-        marginals: FOTMarginals = "release",
-        grad: SinkhornGrad = "detach",
-        tol: float | None = None,
-        method: SinkhornMethod = "auto",
-        validate_args: bool | None = None,
-    ) -> None:
-        settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
-                                     normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad,
-                                     tol=tol, method=method)
-        super().__init__(settings, validate_args)
+    @dataclass(frozen=True, kw_only=True)
+    class _Arguments(TransportSettings):
+        """The constructor's arguments: the transport settings and ``validate_args``."""
+
+        validate_args: bool | None = None
+
+    @settings_constructor(_Arguments)
+    def __init__(self, arguments: _Arguments) -> None:
+        super().__init__(settings_of(arguments, TransportSettings), arguments.validate_args)
 
     @classmethod
     def from_settings(cls, settings: TransportSettings, *, validate_args: bool | None = None) -> FlexibleOT:
@@ -142,8 +117,8 @@ class FlexibleOT(_SettingsModule):
 
     @classmethod
     def from_preset(
-        cls, preset: str, dataset: str | None = None, **overrides: Unpack[FlexibleOTOverrides]
-    ) -> FlexibleOT:
+        cls: Callable[P, M], preset: str, dataset: str | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """The release's or the paper's transport (:func:`evidential_prvr.presets.holmes_settings`).
 
         ``"release"``: ε = 0.1, 50 iterations, dustbin at the 0.3 quantile, min-max normalisation over
@@ -152,9 +127,10 @@ class FlexibleOT(_SettingsModule):
         normalisation), the dustbin at the bottom 30%, uniform marginals (App. B.5), 50 iterations,
         ε = 0.1 (not given in the paper; the release value), stop-gradient plan (a label, Eq. 17).
         The transport settings are the same for all three data sets (``dataset=None``: TVR's).
-        ``overrides``: any field of :class:`~evidential_prvr.presets.TransportSettings` and ``validate_args``.
+        ``overrides``: the constructor's arguments (any field of :class:`~evidential_prvr.presets.TransportSettings`
+        and ``validate_args``).
         """
-        return settings_from_preset(cls, module_settings(preset, dataset).transport, overrides, ("validate_args",))
+        return settings_from_preset(cls, module_settings(preset, dataset).transport, args, overrides)
 
     def settings(self) -> TransportSettings:
         """The transport settings (frozen; :func:`dataclasses.replace` makes a changed copy)."""

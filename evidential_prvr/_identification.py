@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -10,10 +12,13 @@ from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
+    M,
+    P,
     check_settings,
     module_from_settings,
-    settings_fields,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
     settings_repr,
 )
@@ -27,31 +32,7 @@ from evidential_prvr.functional._identification import (
 )
 from evidential_prvr.presets import module_settings
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-__all__ = ["IdentifierOverrides", "UncertaintyGuidedIdentifier"]
-
-
-class IdentificationOverrides(TypedDict, total=False):
-    """The keyword overrides shared by the identifier and L_inter: the fields of
-    :class:`~evidential_prvr.presets.IdentificationSettings`, ``validate_args`` and ``distributed``."""
-
-    beta: float
-    tau: float
-    tanh_scaling: TanhScaling
-    entropy_median: EntropyMedian
-    matched: MatchRule
-    fusion: Fusion
-    validate_args: bool | None
-    distributed: bool
-
-
-class IdentifierOverrides(IdentificationOverrides, total=False):
-    """The keyword overrides of :meth:`UncertaintyGuidedIdentifier.from_preset`: those of
-    :class:`IdentificationOverrides` and ``threshold_decay``."""
-
-    threshold_decay: float | None
+__all__ = ["UncertaintyGuidedIdentifier"]
 
 
 @settings_properties(IdentificationSettings)
@@ -103,24 +84,20 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         fusion: Fusion
         _settings: IdentificationSettings
 
-    def __init__(
-        self,
-        *,
-        beta: float = 0.3,
-        tau: float = 0.1,
-        tanh_scaling: TanhScaling = "inside",
-        entropy_median: EntropyMedian = "candidates",
-        matched: MatchRule = "any_positive",
-        fusion: Fusion = "uncertainty_dominant",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-        threshold_decay: float | None = None,
-    ) -> None:
-        settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling,
-                                          entropy_median=entropy_median, matched=matched, fusion=fusion)
-        super().__init__(settings, validate_args)
-        self.distributed = bool(distributed)
-        self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
+    @dataclass(frozen=True, kw_only=True)
+    class _Arguments(IdentificationSettings):
+        """The constructor's arguments: the identification settings and its options."""
+
+        validate_args: bool | None = None
+        distributed: bool = False
+        threshold_decay: float | None = None
+
+    @settings_constructor(_Arguments)
+    def __init__(self, arguments: _Arguments) -> None:
+        super().__init__(settings_of(arguments, IdentificationSettings), arguments.validate_args)
+        self.distributed = bool(arguments.distributed)
+        decay = arguments.threshold_decay
+        self.threshold_ema = None if decay is None else ThresholdEMA(decay)
 
     @property
     def threshold_decay(self) -> float | None:
@@ -133,19 +110,18 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
         check_settings(settings, IdentificationSettings)
-        own = IdentificationSettings(**settings_fields(settings, IdentificationSettings))
+        own = settings_of(settings, IdentificationSettings)
         return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
                                     distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IdentifierOverrides]
-    ) -> UncertaintyGuidedIdentifier:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""
-        inter = module_settings(preset, dataset).inter
-        identification = cls.from_settings(inter).settings()
-        return settings_from_preset(cls, identification, overrides, ("validate_args", "distributed", "threshold_decay"))
+        identification = settings_of(module_settings(preset, dataset).inter, IdentificationSettings)
+        return settings_from_preset(cls, identification, args, overrides)
 
     def settings(self) -> IdentificationSettings:
         """The identification settings (frozen), the keyword arguments of

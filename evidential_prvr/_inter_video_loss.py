@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -10,11 +12,15 @@ import torch
 from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._identification import IdentificationOverrides, UncertaintyGuidedIdentifier
-from evidential_prvr._module_bases import _SettingsLoss
+from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._module_bases import LossOptions, _SettingsLoss
 from evidential_prvr._overrides import (
+    M,
+    P,
     module_from_settings,
+    settings_constructor,
     settings_from_preset,
+    settings_of,
     settings_properties,
 )
 from evidential_prvr.choices import (
@@ -37,21 +43,7 @@ from evidential_prvr.functional._inter_video import (
 )
 from evidential_prvr.presets import module_settings
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-__all__ = ["EvidentialRetrievalLoss", "EvidentialRetrievalLossOverrides"]
-
-
-class EvidentialRetrievalLossOverrides(IdentificationOverrides, total=False):
-    """The keyword overrides of :meth:`EvidentialRetrievalLoss.from_preset`: the fields of
-    :class:`~evidential_prvr.presets.InterVideoSettings`, ``reduction``, ``validate_args`` and ``distributed``."""
-
-    gamma: float
-    calibrate: bool
-    calibration_set: CalibrationSet
-    terms: tuple[InterTerm, ...]
-    reduction: Reduction
+__all__ = ["EvidentialRetrievalLoss"]
 
 
 @settings_properties(InterVideoSettings)
@@ -107,27 +99,13 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         terms: tuple[InterTerm, ...]
         _settings: InterVideoSettings
 
-    def __init__(
-        self,
-        *,
-        beta: float = 0.3,
-        tau: float = 0.1,
-        tanh_scaling: TanhScaling = "inside",
-        entropy_median: EntropyMedian = "candidates",
-        matched: MatchRule = "any_positive",
-        fusion: Fusion = "uncertainty_dominant",
-        gamma: float = 0.2,
-        calibrate: bool = True,
-        calibration_set: CalibrationSet = "refined",
-        terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
-        reduction: Reduction = "mean",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-    ) -> None:
-        settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                      matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
-                                      calibration_set=calibration_set, terms=terms)
-        super().__init__(settings, reduction, validate_args, distributed)
+    @dataclass(frozen=True, kw_only=True)
+    class _Arguments(LossOptions, InterVideoSettings):
+        """The constructor's arguments: the L_inter settings and the loss options."""
+
+    @settings_constructor(_Arguments)
+    def __init__(self, arguments: _Arguments) -> None:
+        super().__init__(settings_of(arguments, InterVideoSettings), arguments)
 
     @classmethod
     def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",
@@ -138,8 +116,8 @@ class EvidentialRetrievalLoss(_SettingsLoss):
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[EvidentialRetrievalLossOverrides]
-    ) -> EvidentialRetrievalLoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's); ``overrides`` (e.g. ``calibrate=False``) replace preset values, an
         unknown one raises ``TypeError``.
@@ -149,8 +127,7 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         "charades"`` (or ``"act"``, ``"cha"``): outside scaling with τ = 0.05 / 0.04 / 0.08, batch lower
         median, ``argmax == label``, β = 0.3, γ = 0.2, uncertainty-dominant fusion.
         """
-        return settings_from_preset(cls, module_settings(preset, dataset).inter, overrides,
-                                    ("reduction", "validate_args", "distributed"))
+        return settings_from_preset(cls, module_settings(preset, dataset).inter, args, overrides)
 
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """A :class:`~evidential_prvr.UncertaintyGuidedIdentifier` with this loss's identification settings."""

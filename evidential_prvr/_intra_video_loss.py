@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -12,8 +14,18 @@ from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers,
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
-from evidential_prvr._module_bases import _SettingsLoss
-from evidential_prvr._overrides import check_settings, override_settings, settings_properties
+from evidential_prvr._module_bases import LossOptions, _SettingsLoss
+from evidential_prvr._overrides import (
+    M,
+    P,
+    constructor_options,
+    module_from_settings,
+    override_settings,
+    preset_overrides,
+    settings_constructor,
+    settings_of,
+    settings_properties,
+)
 from evidential_prvr.choices import DatasetName, IntraAssignment, Preset, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._intra_video import (
@@ -24,24 +36,7 @@ from evidential_prvr.functional._intra_video import (
 )
 from evidential_prvr.presets import module_settings
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-__all__ = ["IntraVideoEvidentialLoss", "IntraVideoEvidentialLossOverrides"]
-
-
-class IntraVideoEvidentialLossOverrides(TypedDict, total=False):
-    """The keyword overrides of :meth:`IntraVideoEvidentialLoss.from_preset`: the fields of
-    :class:`~evidential_prvr.presets.IntraVideoSettings`, ``fot``, ``reduction``, ``validate_args`` and
-    ``distributed``."""
-
-    tau: float
-    tanh_scaling: TanhScaling
-    assignment: IntraAssignment
-    fot: FlexibleOT | None
-    reduction: Reduction
-    validate_args: bool | None
-    distributed: bool
+__all__ = ["IntraVideoEvidentialLoss"]
 
 
 @settings_properties(IntraVideoSettings)
@@ -88,26 +83,20 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         assignment: IntraAssignment
         _settings: IntraVideoSettings
 
-    def __init__(
-        self,
-        fot: FlexibleOT | None = None,
-        *,
-        tau: float = 0.06,
-        tanh_scaling: TanhScaling = "outside",
-        assignment: IntraAssignment = "fot",
-        reduction: Reduction = "mean",
-        validate_args: bool | None = None,
-        distributed: bool = False,
-    ) -> None:
-        settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
-        self._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
+    @dataclass(frozen=True, kw_only=True)
+    class _Arguments(LossOptions, IntraVideoSettings):
+        """The constructor's arguments: the transport (also positional), the evidence
+        settings and the loss options."""
 
-    def _init(self, settings: IntraVideoSettings, fot: FlexibleOT, reduction: Reduction, validate_args: bool | None,
-              distributed: bool = False) -> None:
+        fot: FlexibleOT | None = field(default=None, kw_only=False)
+
+    @settings_constructor(_Arguments)
+    def __init__(self, arguments: _Arguments) -> None:
+        fot = FlexibleOT() if arguments.fot is None else arguments.fot
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
-        _SettingsLoss.__init__(self, settings, reduction, validate_args, distributed)
-        if settings.assignment == "fot" and fot.dustbin_quantile is None:
+        super().__init__(settings_of(arguments, IntraVideoSettings), arguments)
+        if arguments.assignment == "fot" and fot.dustbin_quantile is None:
             raise ValueError("assignment='fot' needs a transport with a dustbin; got fot.dustbin_quantile=None")
         self.fot = fot
 
@@ -116,29 +105,28 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
                       validate_args: bool | None = None, distributed: bool = False) -> IntraVideoEvidentialLoss:
         """The loss of an :class:`~evidential_prvr.presets.IntraVideoSettings` (e.g. a registry section) and
         a transport (default ``FlexibleOT()``)."""
-        check_settings(settings, IntraVideoSettings)
-        module = cls.__new__(cls)
-        module._init(settings, FlexibleOT() if fot is None else fot, reduction, validate_args, distributed)
-        return module
+        return module_from_settings(cls, IntraVideoSettings, settings, fot=fot, reduction=reduction,
+                                    validate_args=validate_args, distributed=distributed)
 
     @classmethod
     def from_preset(
-        cls, preset: Preset, dataset: DatasetName | None = None, **overrides: Unpack[IntraVideoEvidentialLossOverrides]
-    ) -> IntraVideoEvidentialLoss:
+        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
+    ) -> M:
         """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
         ``dataset=None``: TVR's).
 
         ``"release"``: ``FlexibleOT.from_preset("release", dataset)``, :math:`\\tau_{\\text{intra}}` = 0.06 (TVR)
         or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence of the min-max normalised
         similarities. ``"paper"``: ``FlexibleOT.from_preset("paper")`` and the evidence of Eq. 3 as
-        written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` replace any
-        constructor argument (``tau=``, ``assignment=``, ``fot=``, ...).
+        written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` (and ``fot``,
+        also positionally) replace any constructor argument (``tau=``, ``assignment=``, ``fot=``, ...).
         """
         sections = module_settings(preset, dataset)
-        settings, extras = override_settings(sections.intra, overrides, cls.__name__,
-                                             ("fot", "reduction", "validate_args", "distributed"))
+        module = cast("type[IntraVideoEvidentialLoss]", cls)
+        settings, extras = override_settings(sections.intra, preset_overrides(cls, args, overrides), module.__name__,
+                                             constructor_options(cls, sections.intra))
         fot = extras.pop("fot") if "fot" in extras else FlexibleOT.from_settings(sections.transport)
-        return cls.from_settings(settings, fot, **extras)
+        return cast(M, module.from_settings(settings, fot, **extras))
 
     def settings(self) -> IntraVideoSettings:
         """The evidence settings (frozen); the transport's are ``self.fot.settings()``."""

@@ -3,10 +3,13 @@
 :class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._overrides`)
 and ``validate_args``; :class:`_ReducedLoss` checks and stores a loss's ``reduction``, ``validate_args`` and
 ``distributed``; :class:`_SettingsLoss` is a loss with settings, whose ``extra_repr`` lists them.
+:class:`LossOptions` declares those three options once for the arguments dataclasses of the losses'
+constructors (:func:`~evidential_prvr._overrides.settings_constructor`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -15,7 +18,16 @@ from evidential_prvr._checks import check_choice
 from evidential_prvr._overrides import settings_repr
 from evidential_prvr.choices import REDUCTIONS, Reduction
 
-__all__ = ["_SettingsModule", "_ReducedLoss", "_SettingsLoss"]
+__all__ = ["LossOptions", "_SettingsModule", "_ReducedLoss", "_SettingsLoss"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossOptions:
+    """The constructor options of a loss module besides its settings (checked by :class:`_ReducedLoss`)."""
+
+    reduction: Reduction = "mean"
+    validate_args: bool | None = None
+    distributed: bool = False
 
 
 class _SettingsModule(nn.Module):
@@ -43,9 +55,8 @@ class _ReducedLoss(nn.Module):
 class _SettingsLoss(_ReducedLoss):
     """A :class:`_ReducedLoss` whose hyperparameters are one settings dataclass in ``self._settings``."""
 
-    def __init__(self, settings: Any, reduction: Reduction = "mean", validate_args: bool | None = None,
-                 distributed: bool = False) -> None:
-        super().__init__(reduction, validate_args, distributed)
+    def __init__(self, settings: Any, options: LossOptions) -> None:
+        super().__init__(options.reduction, options.validate_args, options.distributed)
         self._settings = settings
 
     def extra_repr(self) -> str:

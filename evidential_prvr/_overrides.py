@@ -2,17 +2,21 @@
 
 Each operation has one frozen, keyword-only settings dataclass (its hyperparameters, defaults and
 checks). A module keeps one instance of it; :func:`settings_properties` exposes its fields as
-attributes (assigning one validates the new value by rebuilding the settings). Every ``from_preset``
-resolves its overrides with :func:`resolve_overrides` (directly, or through :func:`override_settings`
-and :func:`settings_from_preset` for a settings dataclass), which refuses unknown names with a
-``TypeError``; :func:`module_from_settings` then builds the module from the resolved values.
+attributes (assigning one validates the new value by rebuilding the settings), and
+:func:`settings_constructor` makes its constructor from a dataclass of its arguments (the settings' fields
+and the module's own options), so that the fields are written once. Every ``from_preset``
+takes the constructor's arguments (typed from the constructor) and resolves them with
+:func:`resolve_overrides` (directly, or through :func:`override_settings` and :func:`settings_from_preset`
+for a settings dataclass), which refuses unknown names with a ``TypeError``; :func:`module_from_settings`
+then builds the module from the resolved values.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -21,10 +25,14 @@ __all__ = [
     "reject_unknown",
     "resolve_overrides",
     "override_settings",
+    "preset_overrides",
+    "constructor_options",
     "settings_from_preset",
     "check_settings",
     "module_from_settings",
     "settings_fields",
+    "settings_of",
+    "settings_constructor",
     "settings_properties",
     "settings_repr",
 ]
@@ -33,6 +41,8 @@ S = TypeVar("S", bound="DataclassInstance")  # a settings dataclass
 C = TypeVar("C", bound=type)
 M = TypeVar("M")
 M_co = TypeVar("M_co", covariant=True)
+A = TypeVar("A")  # a module's arguments dataclass
+P = ParamSpec("P")
 
 
 class _FromSettings(Protocol[M_co]):
@@ -74,6 +84,37 @@ def settings_fields(settings: DataclassInstance, schema: DataclassInstance | typ
     return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings if schema is None else schema)}
 
 
+def settings_of(values: DataclassInstance, schema: type[S]) -> S:
+    """A ``schema`` instance of the fields of ``values`` that ``schema`` holds (checked again): the settings
+    part of a module's arguments, or the base part of an extended settings object."""
+    return schema(**settings_fields(values, schema))
+
+
+def settings_constructor(
+    arguments: Callable[P, A]
+) -> Callable[[Callable[[M, A], None]], Callable[Concatenate[M, P], None]]:
+    """Decorator of a module's ``__init__(self, arguments)``: the constructor takes the parameters of the
+    dataclass ``arguments`` (a settings dataclass extended with the module's own options), builds it (its
+    defaults and checks) and passes it on. Type checkers and :func:`inspect.signature` see those parameters."""
+    signature = inspect.signature(arguments)
+
+    def decorate(init: Callable[[M, A], None]) -> Callable[Concatenate[M, P], None]:
+        def __init__(self: M, /, *args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as error:  # named after the module, not after the arguments dataclass
+                raise TypeError(f"{type(self).__name__}() {error}") from None
+            init(self, arguments(*args, **kwargs))
+
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+        __init__.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[self_parameter, *signature.parameters.values()], return_annotation="None")
+        __init__.__qualname__, __init__.__doc__ = init.__qualname__, init.__doc__
+        return __init__
+
+    return decorate
+
+
 def override_settings(
     settings: S, overrides: Mapping[str, Any], owner: str, extras: Collection[str] = ()
 ) -> tuple[S, dict[str, Any]]:
@@ -84,13 +125,34 @@ def override_settings(
     return (dataclasses.replace(settings, **values) if changed else settings), keywords
 
 
+def preset_overrides(cls: Callable[..., object], args: tuple[Any, ...], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``from_preset`` call's overrides, its positional ones named after the constructor's positional
+    parameters (a ``from_preset`` takes any constructor argument; type checkers read them from the constructor)."""
+    if not args:
+        return dict(overrides)
+    named = inspect.signature(cls).bind_partial(*args).arguments
+    twice = sorted(named.keys() & overrides.keys())
+    if twice:
+        raise TypeError(f"{cast(type, cls).__name__}.from_preset() got multiple values for {', '.join(twice)}")
+    return {**named, **overrides}
+
+
+def constructor_options(cls: Callable[..., object], settings: DataclassInstance) -> list[str]:
+    """The constructor parameters of ``cls`` that are not fields of ``settings`` (the module's own options)."""
+    fields = settings_fields(settings)
+    return [name for name in inspect.signature(cls).parameters if name not in fields]
+
+
 def settings_from_preset(
-    cls: _FromSettings[M], settings: Any, overrides: Mapping[str, Any], extras: Collection[str] = ()
+    cls: Callable[..., M], settings: Any, args: tuple[Any, ...], overrides: Mapping[str, Any]
 ) -> M:
-    """``cls.from_settings`` of a registry section with a ``from_preset`` call's overrides applied
-    (:func:`override_settings`; the names in ``extras`` go to ``from_settings`` as keywords)."""
-    new, keywords = override_settings(settings, overrides, cast(type, cls).__name__, extras)  # cls is a class
-    return cls.from_settings(new, **keywords)
+    """``cls.from_settings`` of a registry section with a ``from_preset`` call's arguments applied
+    (:func:`preset_overrides`, :func:`override_settings`; the constructor's options go to ``from_settings``
+    as keywords)."""
+    owner = cast(type, cls).__name__  # cls is a module class
+    new, keywords = override_settings(settings, preset_overrides(cls, args, overrides), owner,
+                                      constructor_options(cls, settings))
+    return cast(_FromSettings[M], cls).from_settings(new, **keywords)
 
 
 def check_settings(settings: object, settings_class: type) -> None:

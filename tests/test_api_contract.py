@@ -89,7 +89,8 @@ PRESET_CLASSES = [ep.UncertaintyGuidedIdentifier, ep.EvidentialRetrievalLoss, ep
 @pytest.mark.parametrize("cls", PRESET_CLASSES, ids=lambda c: c.__name__)
 def test_every_preset_class_takes_the_same_call(cls):
     params = list(inspect.signature(cls.from_preset).parameters.values())
-    extra = ["schedule"] if cls is ep.HolmesCriterion else []  # the criterion's keyword-only schedule
+    # the criterion's keyword-only schedule; the others take the constructor's arguments, positional ones too
+    extra = ["schedule"] if cls is ep.HolmesCriterion else ["args"]
     assert [p.name for p in params] == ["preset", "dataset", *extra, "overrides"]
     assert params[1].default is None and params[-1].kind is inspect.Parameter.VAR_KEYWORD
     for dataset in ("tvr", "activitynet", "charades", "act", "cha"):
@@ -104,6 +105,16 @@ def test_every_preset_class_takes_the_same_call(cls):
         cls.from_preset("official", "tvr")
     with pytest.raises(TypeError, match="'not_a_setting'"):
         cls.from_preset("release", "tvr", not_a_setting=1)
+
+
+def test_from_preset_takes_the_constructors_positional_arguments():
+    fot = ep.FlexibleOT(epsilon=0.2)
+    assert ep.IntraVideoEvidentialLoss.from_preset("release", "tvr", fot).fot is fot
+    assert ep.TripletRankingLoss.from_preset("release", "tvr", 0.5).margin == 0.5
+    with pytest.raises(TypeError, match="multiple values for fot"):
+        ep.IntraVideoEvidentialLoss.from_preset("release", "tvr", fot, fot=fot)
+    with pytest.raises(TypeError, match="too many positional"):
+        ep.UncertaintyGuidedIdentifier.from_preset("release", "tvr", 0.3)  # its constructor is keyword-only
 
 
 def test_release_aliases_are_the_same_settings():

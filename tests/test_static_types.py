@@ -89,14 +89,17 @@ OVERRIDES = [
 
 
 @pytest.mark.parametrize("cls, schema, extras", OVERRIDES, ids=lambda x: getattr(x, "__name__", ""))
-def test_typed_from_preset_overrides_are_the_schema_fields(cls, schema, extras):
-    kwargs = inspect.signature(cls.from_preset).parameters["overrides"].annotation
-    name = kwargs.split("[", 1)[1].rstrip("]")  # "Unpack[XOverrides]"
-    typed = getattr(inspect.getmodule(cls), name)
-    hints = {k: getattr(v, "__forward_arg__", v) for k, v in typed.__annotations__.items()}
-    assert set(hints) == set(_all(schema)) | extras
-    for field in dataclasses.fields(schema):
-        assert str(hints[field.name]) == str(field.type), (typed.__name__, field.name)
+def test_from_preset_overrides_are_the_constructor_arguments(cls, schema, extras):
+    """``from_preset`` is typed from the constructor (``cls: Callable[P, M]``, ``**overrides: P.kwargs``), whose
+    parameters are the schema's fields and the module's options; each of them is accepted as an override."""
+    params = inspect.signature(cls.from_preset).parameters
+    assert params["overrides"].annotation == "P.kwargs" and params["args"].annotation == "P.args"
+    assert inspect.signature(cls.from_preset.__func__).parameters["cls"].annotation == "Callable[P, M]"
+    constructor = inspect.signature(cls).parameters
+    assert set(constructor) == set(_all(schema)) | extras
+    for name, p in constructor.items():
+        if name != "fot":  # a module: FlexibleOT() is not its default, None is
+            assert getattr(cls.from_preset("release", "tvr", **{name: p.default}), name) == p.default, name
 
 
 @pytest.fixture(scope="module")
