@@ -14,8 +14,8 @@ The gallery side of every model is prepared once with the gallery: the base's un
 Gaussians and their side of the KL (:func:`evidential_prvr.functional.prepare_kl_sources`).
 
 Each repeat times every model once in turn (so a change of load falls on all of them); printed: the median over
-``--repeats`` repeats of the time per query, and each model's ratio to the base's median. The issue's target is
-the one-step bridge at <= 1.3x the base.
+``--repeats`` repeats of the time per query, and each model's ratio to the base's median. The target is the
+one-step bridge at <= 1.3x the base (DAB's own overhead figure).
 
 What is timed starts at the precomputed text feature: the benchmark's features stand for frozen CLIP ones, so the
 text encoder that DAB's latency (its paper's "~30 % overhead" of the 32 steps) includes is not in it.

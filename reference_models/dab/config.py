@@ -295,7 +295,7 @@ class T2VConfig:
 #: ``msrvtt-regime`` (DAB's training on the ``msrvtt-regime`` benchmark, whose features stand for frozen CLIP
 #: ones: identity-initialised feature encoders at DAB's encoder learning rate 1e-6, everything else at 1e-4,
 #: AdamW weight decay 0.02, 10 % warm-up; DAB's Gaussian at the backbone's width, 256, its mean layer starting at
-#: the identity, issue 35; ``docs/guide/dab.rst`` says why). The base of a comparison is the
+#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why). The base of a comparison is the
 #: same config with ``head.variant = "base"``, so it gets the same backbone treatment.
 PRESETS: dict[str, T2VConfig] = {
     "embedded": T2VConfig(),
@@ -317,7 +317,7 @@ def preset(name: str) -> T2VConfig:
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
 #: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions, a random mean layer and PAC
-#: temperature 4 (the ``msrvtt-regime`` preset before issue 35). ``demo --ablations`` trains
+#: temperature 4 (the ``msrvtt-regime`` preset before it moved to the backbone's width). ``demo --ablations`` trains
 #: :data:`DEMO_ABLATIONS`; the comparison tool offers every one as a method (``--methods``), where
 #: ``dab-meandist`` and ``dab-onestep`` train nothing of
 #: their own: the first ranks the ``dab`` run's checkpoint, the second distils that checkpoint's bridge into one
