@@ -12,6 +12,7 @@ the gallery examples run locally at build time.
 import os
 import re
 import sys
+import typing
 
 DOCS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(DOCS)
@@ -94,6 +95,7 @@ html_static_path = []
 def _public_bases(app, name, obj, options, bases):
     """Show a class's nearest public ancestor instead of a private helper base (``_LogVarHead`` -> ``Module``)."""
     for i, base in enumerate(bases):
+        base = typing.get_origin(base) or base  # a generic base, _SettingsModule[TransportSettings]
         if isinstance(base, type) and base.__qualname__.startswith("_"):
             bases[i] = next(b for b in base.__mro__[1:] if not b.__qualname__.startswith("_"))
 

@@ -11,6 +11,7 @@ exact search, FAISS candidates).
 
 from evidential_prvr import distributed, functional, metrics, presets, probabilistic, search, uncertainty
 from evidential_prvr._checks import default_validate_args, set_default_validate_args
+from evidential_prvr._module_bases import PresetModule
 from evidential_prvr.functional._sinkhorn_loops import set_sinkhorn_backend, sinkhorn_backend
 from evidential_prvr.functional._scores import max_similarity
 
@@ -54,6 +55,8 @@ __all__ = [
     # where the Sinkhorn loop runs
     "set_sinkhorn_backend",
     "sinkhorn_backend",
+    # the base of every module with presets
+    "PresetModule",
     # scores (Holmes Eq. 1)
     "max_similarity",
     # inter-video

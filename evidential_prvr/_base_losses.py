@@ -10,9 +10,8 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,16 +21,11 @@ from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._module_bases import LossOptions, _ReducedLoss, _SettingsLoss
 from evidential_prvr._overrides import (
-    M,
-    P,
     module_from_settings,
-    preset_overrides,
-    resolve_overrides,
     settings_constructor,
-    settings_from_preset,
+    settings_fields,
     settings_of,
     settings_properties,
-    settings_repr,
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
@@ -45,6 +39,7 @@ from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
     BASE_LOSS_PARAMETERS,
+    BaseLossSettings,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
     check_diversity_settings,
@@ -56,21 +51,13 @@ from evidential_prvr.functional._retrieval_losses import (
 )
 from evidential_prvr.presets import module_settings
 
-T = TypeVar("T")
-
 __all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss"]
 
 
-def _from_base_section(cls: Callable[..., T], preset: str, dataset: str | None, args: tuple[object, ...],
-                       overrides: Mapping[str, object], fields: dict[str, str], **fixed: object) -> T:
-    """``cls`` built from the preset's ``base`` section: ``fields`` maps constructor arguments to section
-    fields, ``fixed`` gives further arguments (``reduction="mean"`` and ``validate_args=None`` always);
-    the ``from_preset`` call's ``args`` and ``overrides`` replace any of them."""
-    name = cast(type, cls).__name__
-    base = module_settings(preset, dataset).require("base", f"{name}.from_preset({preset!r})")
-    kwargs = {arg: getattr(base, field) for arg, field in fields.items()}
-    kwargs.update(fixed, reduction="mean", validate_args=None, distributed=False)
-    return cls(**resolve_overrides(kwargs, preset_overrides(cls, args, overrides), name)[0])
+def _base_section(cls: type, preset: Preset, dataset: DatasetName | None) -> BaseLossSettings:
+    """The preset's L_base settings (a paper preset has none of its own: a ``dataset`` is needed)."""
+    section: BaseLossSettings = module_settings(preset, dataset).require("base", f"{cls.__name__}.from_preset({preset!r})")
+    return section
 
 
 class TripletRankingLoss(_ReducedLoss):
@@ -110,13 +97,10 @@ class TripletRankingLoss(_ReducedLoss):
         self.video_negative = video_negative
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """Margin, hard-negative pool and video negative of a preset (a ``dataset`` is needed)."""
-        return _from_base_section(cls, preset, dataset, args, overrides, {"margin": "margin",
-                                  "hard_negative_topk": "hard_negative_topk", "video_negative": "video_negative"},
-                                  use_hard_negatives=False)
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        base = _base_section(cls, preset, dataset)
+        return {"margin": base.margin, "hard_negative_topk": base.hard_negative_topk,
+                "video_negative": base.video_negative}
 
     def forward(
         self, sim: torch.Tensor, query_video: torch.Tensor, generator: torch.Generator | None = None
@@ -162,11 +146,8 @@ class InfoNCELoss(_ReducedLoss):
         self.video_to_text = video_to_text
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """The video→text form of a preset (a ``dataset`` is needed)."""
-        return _from_base_section(cls, preset, dataset, args, overrides, {"video_to_text": "nce_video_to_text"})
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        return {"video_to_text": _base_section(cls, preset, dataset).nce_video_to_text}
 
     def forward(self, sim: torch.Tensor, query_video: torch.Tensor) -> torch.Tensor:
         """Loss of a ``[Q, V]`` logit matrix and its positives ``query_video`` (``[Q]`` or ``[Q, V]``); with
@@ -204,12 +185,9 @@ class QueryDiversityLoss(_ReducedLoss):
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """α, δ and λ of a preset (the release's ``neg_factor``; a ``dataset`` is needed)."""
-        return _from_base_section(cls, preset, dataset, args, overrides,
-                                  {"alpha": "div_alpha", "delta": "div_delta", "lam": "div_lambda"})
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        base = _base_section(cls, preset, dataset)
+        return {"alpha": base.div_alpha, "delta": base.div_delta, "lam": base.div_lambda}
 
     def forward(self, query_emb: torch.Tensor, query_video: torch.Tensor) -> torch.Tensor:
         """Loss of query embeddings ``[Q, d]`` grouped by ``query_video`` (``[Q]`` or ``[Q, V]``). With
@@ -230,7 +208,7 @@ class QueryDiversityLoss(_ReducedLoss):
 
 @settings_properties(BaseRetrievalSettings)
 @insert_docs(base=BASE_LOSS_PARAMETERS, value_checks=VALUE_CHECKS)
-class BaseRetrievalLoss(_SettingsLoss):
+class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.base_retrieval_loss`.
 
@@ -278,7 +256,6 @@ class BaseRetrievalLoss(_SettingsLoss):
         frame_nce_weight: float
         clip_nce_weight: float
         div_weight: float
-        _settings: BaseRetrievalSettings
 
     @dataclass(frozen=True, kw_only=True)
     class _Arguments(LossOptions, BaseRetrievalSettings):
@@ -302,24 +279,14 @@ class BaseRetrievalLoss(_SettingsLoss):
                                     reduction=reduction, validate_args=validate_args, distributed=distributed)
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """Margin, InfoNCE and L_div weights and settings of a preset (the paper takes them from its code,
-        App. A.1; ``dataset=None``: TVR's). ``overrides``: the constructor's arguments."""
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        owner = f"{cls.__name__}.from_preset({preset!r})"
         sections = module_settings(preset, dataset)
-        owner = f"{cast(type, cls).__name__}.from_preset({preset!r})"
-        preset_settings = BaseRetrievalSettings.from_sections(sections.require("base", owner),
-                                                              sections.require("weights", owner))
-        return settings_from_preset(cls, preset_settings, args, overrides)
-
-    def settings(self) -> BaseRetrievalSettings:
-        """The loss's settings (frozen); ``hard_negative_topk`` is used once hard negatives are on."""
-        return self._settings
+        return settings_fields(BaseRetrievalSettings.from_sections(sections.require("base", owner),
+                                                                   sections.require("weights", owner)))
 
     def extra_repr(self) -> str:
-        return (f"{settings_repr(self._settings)}, use_hard_negatives={self.use_hard_negatives}, "
-                f"reduction={self.reduction!r}")
+        return f"{super().extra_repr()}, use_hard_negatives={self.use_hard_negatives}"
 
     def _loss(
         self,

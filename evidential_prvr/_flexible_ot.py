@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,16 +13,21 @@ from evidential_prvr._checks import should_validate
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
-    M,
-    P,
     module_from_settings,
     settings_constructor,
-    settings_from_preset,
+    settings_fields,
     settings_of,
     settings_properties,
-    settings_repr,
 )
-from evidential_prvr.choices import FOTMarginals, FOTNormalization, MinmaxScope, SinkhornGrad, SinkhornMethod
+from evidential_prvr.choices import (
+    DatasetName,
+    FOTMarginals,
+    FOTNormalization,
+    MinmaxScope,
+    Preset,
+    SinkhornGrad,
+    SinkhornMethod,
+)
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     POTProblem,
@@ -39,7 +43,7 @@ __all__ = ["FlexibleOT"]
 
 @settings_properties(TransportSettings)
 @insert_docs(value_checks=VALUE_CHECKS)
-class FlexibleOT(_SettingsModule):
+class FlexibleOT(_SettingsModule[TransportSettings]):
     """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
 
     Holds the settings of :func:`~evidential_prvr.functional.flexible_ot` (its documentation gives the
@@ -49,6 +53,13 @@ class FlexibleOT(_SettingsModule):
     The hyperparameters are keyword-only: they are the fields of
     :class:`~evidential_prvr.presets.TransportSettings` (:meth:`settings`), also readable and assignable
     as attributes (an assignment is checked like the constructor's argument).
+
+    :meth:`from_preset`: ``"release"``: ε = 0.1, 50 iterations, dustbin at the 0.3 quantile, min-max
+    normalisation over the padded block, SuperGlue-style marginals, stop-gradient plan (the same for every
+    data set). ``"paper"`` (our reading of §3.3 and App. B.5): the raw similarities (the paper mentions no
+    normalisation), the dustbin at the bottom 30%, uniform marginals (App. B.5), 50 iterations, ε = 0.1 (not
+    given in the paper; the release value), stop-gradient plan (a label, Eq. 17). The transport settings are
+    the same for all three data sets.
 
     Parameters
     ----------
@@ -98,7 +109,6 @@ class FlexibleOT(_SettingsModule):
         grad: SinkhornGrad
         tol: float | None
         method: SinkhornMethod
-        _settings: TransportSettings
 
     @dataclass(frozen=True, kw_only=True)
     class _Arguments(TransportSettings):
@@ -116,28 +126,8 @@ class FlexibleOT(_SettingsModule):
         return module_from_settings(cls, TransportSettings, settings, validate_args=validate_args)
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: str, dataset: str | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """The release's or the paper's transport (:func:`evidential_prvr.presets.holmes_settings`).
-
-        ``"release"``: ε = 0.1, 50 iterations, dustbin at the 0.3 quantile, min-max normalisation over
-        the padded block, SuperGlue-style marginals, stop-gradient plan (the same for every data set).
-        ``"paper"`` (our reading of §3.3 and App. B.5): the raw similarities (the paper mentions no
-        normalisation), the dustbin at the bottom 30%, uniform marginals (App. B.5), 50 iterations,
-        ε = 0.1 (not given in the paper; the release value), stop-gradient plan (a label, Eq. 17).
-        The transport settings are the same for all three data sets (``dataset=None``: TVR's).
-        ``overrides``: the constructor's arguments (any field of :class:`~evidential_prvr.presets.TransportSettings`
-        and ``validate_args``).
-        """
-        return settings_from_preset(cls, module_settings(preset, dataset).transport, args, overrides)
-
-    def settings(self) -> TransportSettings:
-        """The transport settings (frozen; :func:`dataclasses.replace` makes a changed copy)."""
-        return self._settings
-
-    def extra_repr(self) -> str:
-        return settings_repr(self._settings)
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        return settings_fields(module_settings(preset, dataset).transport)
 
     def without_dustbin(self) -> FlexibleOT:
         """The same transport with the dustbin disabled (plain OT, Holmes Eq. 19)."""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,15 +11,12 @@ from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
-    M,
-    P,
     check_settings,
     module_from_settings,
     settings_constructor,
-    settings_from_preset,
+    settings_fields,
     settings_of,
     settings_properties,
-    settings_repr,
 )
 from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
@@ -37,13 +33,15 @@ __all__ = ["UncertaintyGuidedIdentifier"]
 
 @settings_properties(IdentificationSettings)
 @insert_docs(identification=IDENTIFICATION_PARAMETERS, value_checks=VALUE_CHECKS)
-class UncertaintyGuidedIdentifier(_SettingsModule):
+class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.identify`, whose documentation
     gives the rule; ``forward`` is one call of it.
 
-    The hyperparameters are keyword-only, the fields of its :meth:`settings` (also attributes).
+    The hyperparameters are keyword-only, the fields of its :meth:`settings` (also attributes): the
+    keyword arguments of :func:`~evidential_prvr.functional.identify` as one object. :meth:`from_preset`
+    takes them from the preset's L_inter settings (:class:`EvidentialRetrievalLoss`).
 
     Parameters
     ----------
@@ -82,7 +80,6 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
         entropy_median: EntropyMedian
         matched: MatchRule
         fusion: Fusion
-        _settings: IdentificationSettings
 
     @dataclass(frozen=True, kw_only=True)
     class _Arguments(IdentificationSettings):
@@ -115,21 +112,8 @@ class UncertaintyGuidedIdentifier(_SettingsModule):
                                     distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """The paper's or the release's identification settings (:func:`evidential_prvr.presets.holmes_settings`;
-        ``dataset=None``: TVR's); ``overrides``: the constructor's arguments."""
-        identification = settings_of(module_settings(preset, dataset).inter, IdentificationSettings)
-        return settings_from_preset(cls, identification, args, overrides)
-
-    def settings(self) -> IdentificationSettings:
-        """The identification settings (frozen), the keyword arguments of
-        :func:`~evidential_prvr.functional.identify` as one object."""
-        return self._settings
-
-    def extra_repr(self) -> str:
-        return settings_repr(self._settings)  # the smoothing, when on, shows as the threshold_ema submodule
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        return settings_fields(module_settings(preset, dataset).inter, IdentificationSettings)
 
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor) -> Identification:
         """Identify the query types of a batch: ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,11 +14,9 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import LossOptions, _SettingsLoss
 from evidential_prvr._overrides import (
-    M,
-    P,
     module_from_settings,
     settings_constructor,
-    settings_from_preset,
+    settings_fields,
     settings_of,
     settings_properties,
 )
@@ -48,14 +45,21 @@ __all__ = ["EvidentialRetrievalLoss"]
 
 @settings_properties(InterVideoSettings)
 @insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
-class EvidentialRetrievalLoss(_SettingsLoss):
+class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings]):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.inter_video_loss`, whose
     documentation gives the equations; ``forward`` is one call of it.
 
     The hyperparameters are keyword-only, the fields of its :meth:`settings`
-    (:class:`~evidential_prvr.presets.InterVideoSettings`), also readable and assignable as attributes.
+    (:class:`~evidential_prvr.presets.InterVideoSettings`: the keyword arguments of
+    :func:`~evidential_prvr.functional.inter_video_loss` as one object), also readable and assignable as
+    attributes.
+
+    :meth:`from_preset`: ``"paper"``: τ = 0.1, inside scaling, candidate median, any positive at the maximum,
+    β = 0.3, γ = 0.2, uncertainty-dominant fusion. ``"release"`` with ``dataset="tvr" | "activitynet" |
+    "charades"`` (or ``"act"``, ``"cha"``): outside scaling with τ = 0.05 / 0.04 / 0.08, batch lower
+    median, ``argmax == label``, β = 0.3, γ = 0.2, uncertainty-dominant fusion.
 
     Parameters
     ----------
@@ -97,7 +101,6 @@ class EvidentialRetrievalLoss(_SettingsLoss):
         calibrate: bool
         calibration_set: CalibrationSet
         terms: tuple[InterTerm, ...]
-        _settings: InterVideoSettings
 
     @dataclass(frozen=True, kw_only=True)
     class _Arguments(LossOptions, InterVideoSettings):
@@ -115,29 +118,13 @@ class EvidentialRetrievalLoss(_SettingsLoss):
                                     distributed=distributed)
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """The paper's or the release's settings (:func:`evidential_prvr.presets.holmes_settings`;
-        ``dataset=None``: TVR's); ``overrides`` (e.g. ``calibrate=False``) replace preset values, an
-        unknown one raises ``TypeError``.
-
-        ``"paper"``: τ = 0.1, inside scaling, candidate median, any positive at the maximum, β = 0.3,
-        γ = 0.2, uncertainty-dominant fusion. ``"release"`` with ``dataset="tvr" | "activitynet" |
-        "charades"`` (or ``"act"``, ``"cha"``): outside scaling with τ = 0.05 / 0.04 / 0.08, batch lower
-        median, ``argmax == label``, β = 0.3, γ = 0.2, uncertainty-dominant fusion.
-        """
-        return settings_from_preset(cls, module_settings(preset, dataset).inter, args, overrides)
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        return settings_fields(module_settings(preset, dataset).inter)
 
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """A :class:`~evidential_prvr.UncertaintyGuidedIdentifier` with this loss's identification settings."""
         return UncertaintyGuidedIdentifier.from_settings(self._settings, validate_args=self.validate_args,
                                                          distributed=self.distributed)
-
-    def settings(self) -> InterVideoSettings:
-        """The loss's settings (frozen): the keyword arguments of
-        :func:`~evidential_prvr.functional.inter_video_loss` as one object."""
-        return self._settings
 
     def _loss(
         self,

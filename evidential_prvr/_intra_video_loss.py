@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,13 +15,9 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._module_bases import LossOptions, _SettingsLoss
 from evidential_prvr._overrides import (
-    M,
-    P,
-    constructor_options,
     module_from_settings,
-    override_settings,
-    preset_overrides,
     settings_constructor,
+    settings_fields,
     settings_of,
     settings_properties,
 )
@@ -41,12 +36,19 @@ __all__ = ["IntraVideoEvidentialLoss"]
 
 @settings_properties(IntraVideoSettings)
 @insert_docs(intra=INTRA_PARAMETERS, value_checks=VALUE_CHECKS)
-class IntraVideoEvidentialLoss(_SettingsLoss):
+class IntraVideoEvidentialLoss(_SettingsLoss[IntraVideoSettings]):
     """L_intra: evidential loss of each query over its video's clips against a transport label (Holmes §3.3).
 
     Holds a :class:`~evidential_prvr.FlexibleOT` (the transport producing the label) and the evidence
     settings of :func:`~evidential_prvr.functional.intra_video_loss`, whose documentation gives the
-    equations; ``forward`` is one call of it.
+    equations; ``forward`` is one call of it. Its :meth:`settings` are the evidence settings; the
+    transport's are ``self.fot.settings()``.
+
+    :meth:`from_preset`: ``"release"``: ``FlexibleOT.from_preset("release", dataset)``,
+    :math:`\\tau_{\\text{intra}}` = 0.06 (TVR) or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence
+    of the min-max normalised similarities. ``"paper"``: ``FlexibleOT.from_preset("paper")`` and the evidence of
+    Eq. 3 as written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). Its ``fot`` (also positional)
+    replaces the preset's transport.
 
     Parameters
     ----------
@@ -81,7 +83,6 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
         tau: float
         tanh_scaling: TanhScaling
         assignment: IntraAssignment
-        _settings: IntraVideoSettings
 
     @dataclass(frozen=True, kw_only=True)
     class _Arguments(LossOptions, IntraVideoSettings):
@@ -109,28 +110,9 @@ class IntraVideoEvidentialLoss(_SettingsLoss):
                                     validate_args=validate_args, distributed=distributed)
 
     @classmethod
-    def from_preset(
-        cls: Callable[P, M], preset: Preset, dataset: DatasetName | None = None, *args: P.args, **overrides: P.kwargs
-    ) -> M:
-        """The release's or the paper's settings (:func:`evidential_prvr.presets.holmes_settings`;
-        ``dataset=None``: TVR's).
-
-        ``"release"``: ``FlexibleOT.from_preset("release", dataset)``, :math:`\\tau_{\\text{intra}}` = 0.06 (TVR)
-        or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence of the min-max normalised
-        similarities. ``"paper"``: ``FlexibleOT.from_preset("paper")`` and the evidence of Eq. 3 as
-        written (``"inside"``, :math:`\\tau = 0.1`, raw similarities). ``overrides`` (and ``fot``,
-        also positionally) replace any constructor argument (``tau=``, ``assignment=``, ``fot=``, ...).
-        """
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
         sections = module_settings(preset, dataset)
-        module = cast("type[IntraVideoEvidentialLoss]", cls)
-        settings, extras = override_settings(sections.intra, preset_overrides(cls, args, overrides), module.__name__,
-                                             constructor_options(cls, sections.intra))
-        fot = extras.pop("fot") if "fot" in extras else FlexibleOT.from_settings(sections.transport)
-        return cast(M, module.from_settings(settings, fot, **extras))
-
-    def settings(self) -> IntraVideoSettings:
-        """The evidence settings (frozen); the transport's are ``self.fot.settings()``."""
-        return self._settings
+        return {**settings_fields(sections.intra), "fot": FlexibleOT.from_settings(sections.transport)}
 
     def _loss(
         self,

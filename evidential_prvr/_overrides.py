@@ -5,10 +5,10 @@ checks). A module keeps one instance of it; :func:`settings_properties` exposes 
 attributes (assigning one validates the new value by rebuilding the settings), and
 :func:`settings_constructor` makes its constructor from a dataclass of its arguments (the settings' fields
 and the module's own options), so that the fields are written once. Every ``from_preset``
-takes the constructor's arguments (typed from the constructor) and resolves them with
-:func:`resolve_overrides` (directly, or through :func:`override_settings` and :func:`settings_from_preset`
-for a settings dataclass), which refuses unknown names with a ``TypeError``; :func:`module_from_settings`
-then builds the module from the resolved values.
+takes the constructor's arguments (typed from the constructor): :func:`preset_module` puts them in place of
+the preset's and refuses a name the constructor does not take with a ``TypeError``, as
+:func:`resolve_overrides` does for the ``from_preset`` of a module without a settings dataclass.
+:func:`module_from_settings` builds a module from a settings dataclass (its ``from_settings``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -24,10 +24,8 @@ if TYPE_CHECKING:
 __all__ = [
     "reject_unknown",
     "resolve_overrides",
-    "override_settings",
     "preset_overrides",
-    "constructor_options",
-    "settings_from_preset",
+    "preset_module",
     "check_settings",
     "module_from_settings",
     "settings_fields",
@@ -40,15 +38,8 @@ __all__ = [
 S = TypeVar("S", bound="DataclassInstance")  # a settings dataclass
 C = TypeVar("C", bound=type)
 M = TypeVar("M")
-M_co = TypeVar("M_co", covariant=True)
 A = TypeVar("A")  # a module's arguments dataclass
 P = ParamSpec("P")
-
-
-class _FromSettings(Protocol[M_co]):
-    """A class with a ``from_settings`` classmethod that builds an ``M_co`` (every module with a ``from_preset``)."""
-
-    def from_settings(self, *args: Any, **kwargs: Any) -> M_co: ...
 
 
 def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str) -> None:
@@ -115,14 +106,6 @@ def settings_constructor(
     return decorate
 
 
-def override_settings(
-    settings: S, overrides: Mapping[str, Any], owner: str, extras: Collection[str] = ()
-) -> tuple[S, dict[str, Any]]:
-    """:func:`resolve_overrides` over the fields of ``settings``: the settings with the overrides that
-    name its fields replaced (checked again), and the overrides named in ``extras``."""
-    values, keywords = resolve_overrides(settings_fields(settings), overrides, owner, extras)
-    changed = len(keywords) < len(overrides)
-    return (dataclasses.replace(settings, **values) if changed else settings), keywords
 
 
 def preset_overrides(cls: Callable[..., object], args: tuple[Any, ...], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,22 +120,19 @@ def preset_overrides(cls: Callable[..., object], args: tuple[Any, ...], override
     return {**named, **overrides}
 
 
-def constructor_options(cls: Callable[..., object], settings: DataclassInstance) -> list[str]:
-    """The constructor parameters of ``cls`` that are not fields of ``settings`` (the module's own options)."""
-    fields = settings_fields(settings)
-    return [name for name in inspect.signature(cls).parameters if name not in fields]
 
 
-def settings_from_preset(
-    cls: Callable[..., M], settings: Any, args: tuple[Any, ...], overrides: Mapping[str, Any]
+
+
+def preset_module(
+    cls: Callable[..., M], arguments: Mapping[str, Any], args: tuple[Any, ...], overrides: Mapping[str, Any]
 ) -> M:
-    """``cls.from_settings`` of a registry section with a ``from_preset`` call's arguments applied
-    (:func:`preset_overrides`, :func:`override_settings`; the constructor's options go to ``from_settings``
-    as keywords)."""
-    owner = cast(type, cls).__name__  # cls is a module class
-    new, keywords = override_settings(settings, preset_overrides(cls, args, overrides), owner,
-                                      constructor_options(cls, settings))
-    return cast(_FromSettings[M], cls).from_settings(new, **keywords)
+    """``cls`` built from a preset's constructor ``arguments`` with a ``from_preset`` call's ``args`` and
+    ``overrides`` in their place (:func:`preset_overrides`); a name the constructor does not take raises
+    ``TypeError``."""
+    given = preset_overrides(cls, args, overrides)
+    reject_unknown(given, inspect.signature(cls).parameters, cast(type, cls).__name__)
+    return cls(**{**arguments, **given})
 
 
 def check_settings(settings: object, settings_class: type) -> None:

@@ -27,7 +27,7 @@ from torch import nn
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int, should_validate
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
-from evidential_prvr._overrides import resolve_overrides
+from evidential_prvr._module_bases import PresetModule
 from evidential_prvr.choices import (
     CONFIDENCES,
     ENTROPY_MEDIANS,
@@ -48,7 +48,7 @@ from evidential_prvr.functional._query_types import (
     identify_query_types,
 )
 from evidential_prvr.functional._selective import EVIDENTIAL_CONFIDENCES, selective_confidence
-from evidential_prvr.presets import holmes_settings
+from evidential_prvr.presets import module_settings
 
 if TYPE_CHECKING:
     from evidential_prvr.search import SearchResult
@@ -69,10 +69,12 @@ __all__ = [
 
 
 @insert_docs(value_checks=VALUE_CHECKS)
-class GalleryUncertainty(nn.Module):
+class GalleryUncertainty(PresetModule):
     """Per-query Dirichlet opinions over the top-k gallery candidates (Holmes Eq. 3-5, 7, 9, 16).
 
     ``forward`` is :func:`evidential_prvr.functional.gallery_opinion` with this module's hyperparameters.
+    :meth:`from_preset` takes τ and the tanh scaling of the preset's L_inter (the evidence the model was
+    trained with).
 
     Parameters
     ----------
@@ -124,15 +126,9 @@ class GalleryUncertainty(nn.Module):
         self.validate_args = validate_args
 
     @classmethod
-    def from_preset(cls, name: Preset, dataset: DatasetName | None = None, **overrides: Any) -> GalleryUncertainty:
-        """The evidence settings (τ, tanh scaling) of the ``"paper"`` or ``"release"`` preset; ``overrides``
-        (``k``, ``tau``, ``tanh_scaling``, ``query_chunk``, ``validate_args``) replace preset values."""
-        inter = holmes_settings(name, dataset).inter
-        kwargs, _ = resolve_overrides(
-            dict(k=10, tau=inter.tau, tanh_scaling=inter.tanh_scaling, query_chunk=1024, validate_args=None),
-            overrides, cls.__name__,
-        )
-        return cls(**kwargs)
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        inter = module_settings(preset, dataset).inter  # the evidence form of the training loss
+        return {"tau": inter.tau, "tanh_scaling": inter.tanh_scaling}
 
     def extra_repr(self) -> str:
         return f"k={self.k}, tau={self.tau}, tanh_scaling={self.tanh_scaling!r}, query_chunk={self.query_chunk}"

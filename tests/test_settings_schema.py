@@ -147,15 +147,30 @@ def test_attributes_read_and_write_the_settings_with_checks():
     assert inter.settings().calibrate is False
 
 
-def test_one_override_helper_for_every_from_preset():
-    from evidential_prvr._overrides import override_settings
+PRESET_MODULES = [ep.FlexibleOT, ep.UncertaintyGuidedIdentifier, ep.EvidentialRetrievalLoss,
+                  ep.IntraVideoEvidentialLoss, ep.BaseRetrievalLoss, ep.TripletRankingLoss, ep.InfoNCELoss,
+                  ep.QueryDiversityLoss, ep.GalleryUncertainty]
 
-    settings, extras = override_settings(presets.TransportSettings(), {"epsilon": 0.2, "validate_args": False},
-                                         "FlexibleOT", ("validate_args",))
-    assert settings.epsilon == 0.2 and extras == {"validate_args": False}
-    with pytest.raises(TypeError, match="'eps'.*accepted"):
-        override_settings(presets.TransportSettings(), {"eps": 0.2}, "FlexibleOT")
+
+@pytest.mark.parametrize("cls", PRESET_MODULES, ids=lambda c: c.__name__)
+def test_one_from_preset_for_every_module(cls):
+    assert issubclass(cls, ep.PresetModule) and "from_preset" not in vars(cls)
+    with pytest.raises(TypeError, match=rf"{cls.__name__}\.from_preset\(\) got unexpected override\(s\) 'eps'; accepted"):
+        cls.from_preset("release", "tvr", eps=0.2)
+    assert cls.from_preset("release", "tvr").validate_args is None  # an option the preset leaves at its default
+    assert cls.from_preset("release", "tvr", validate_args=False).validate_args is False
+
+
+def test_from_preset_overrides_replace_preset_values():
     assert ep.IntraVideoEvidentialLoss.from_preset("release", "cha", tau=0.2, reduction="sum").tau == 0.2
+    assert ep.FlexibleOT.from_preset("release", "tvr", epsilon=0.2).settings() == dataclasses.replace(
+        ep.FlexibleOT.from_preset("release", "tvr").settings(), epsilon=0.2)
+    fot = ep.FlexibleOT(n_iters=7)
+    assert ep.IntraVideoEvidentialLoss.from_preset("paper", None, fot).fot is fot  # the constructor's positional
+    with pytest.raises(TypeError, match="multiple values for fot"):
+        ep.IntraVideoEvidentialLoss.from_preset("paper", None, fot, fot=fot)
+    with pytest.raises(ValueError, match="epsilon"):
+        ep.FlexibleOT.from_preset("release", "tvr", epsilon=-1.0)  # checked like the constructor's argument
 
 
 def test_criterion_evaluates_the_registry_once(monkeypatch):

@@ -123,13 +123,14 @@ def test_user_mistakes_are_reported(mypy_output):
     assert 'Unexpected keyword argument "n_iter" for "FlexibleOT"; did you mean "n_iters"?' in out
     assert 'Argument "epsilon" to "flexible_ot" has incompatible type "str"; expected "float"' in out
     assert 'Unexpected keyword argument "inter_weigth" for "from_preset" of "HolmesCriterion"' in out
-    assert ('Argument "video_negative" to "from_preset" of "BaseRetrievalLoss" has incompatible type '
+    assert ('Argument "video_negative" to "from_preset" of "PresetModule" has incompatible type '
             '"Literal[\'hardset\']"; expected "Literal[\'hardest\', \'pool\']"') in out
     assert 'Unexpected keyword argument "asignment"; did you mean "assignment"?' in out
     assert 'Argument "fusion" has incompatible type "Literal[\'uncertain\']"' in out
     assert ('Argument "reduction" to "EvidentialRetrievalLoss" has incompatible type "Literal[\'avg\']"; '
             'expected "Literal[\'mean\', \'sum\', \'none\']"') in out
-    assert 'Argument 1 to "from_preset" of "IntraVideoEvidentialLoss" has incompatible type "Literal[\'relase\']"' in out
+    assert 'Argument 1 to "from_preset" of "PresetModule" has incompatible type "Literal[\'relase\']"' in out
+    assert 'Unexpected keyword argument "kk" for "from_preset" of "PresetModule"' in out
     revealed = [line for line in out.splitlines() if "Revealed type" in line]
     assert "epsilon: float =, n_iters: int =" in revealed[0] and "*Any" not in revealed[0]
     assert "-> evidential_prvr.functional._flexible_ot.FlexibleOTResult" in revealed[1]

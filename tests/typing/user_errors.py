@@ -16,5 +16,6 @@ i = F.intra_video_loss(torch.rand(2, 3, 4), asignment="ot")  # misspelt keyword
 d = F.inter_video_loss_details(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1]), fusion="uncertain")
 e = ep.EvidentialRetrievalLoss(reduction="avg")  # misspelt choice in a constructor
 p = ep.IntraVideoEvidentialLoss.from_preset("relase", "tvr")  # misspelt preset
+g = ep.GalleryUncertainty.from_preset("release", "tvr", kk=3)  # typo in an override
 reveal_type(ep.FlexibleOT.__init__)
 reveal_type(F.flexible_ot)
