@@ -58,8 +58,6 @@ from evidential_prvr.presets import module_settings
 
 T = TypeVar("T")
 
-__all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss"]
-
 
 def _from_base_section(cls: Callable[..., T], preset: str, dataset: str | None, args: tuple[object, ...],
                        overrides: Mapping[str, object], fields: dict[str, str], **fixed: object) -> T:
