@@ -51,8 +51,6 @@ from evidential_prvr.functional._retrieval_losses import (
 )
 from evidential_prvr.presets import module_settings
 
-__all__ = ["TripletRankingLoss", "InfoNCELoss", "QueryDiversityLoss", "BaseRetrievalLoss"]
-
 
 def _base_section(cls: type, preset: Preset, dataset: DatasetName | None) -> BaseLossSettings:
     """The preset's L_base settings (a paper preset has none of its own: a ``dataset`` is needed)."""

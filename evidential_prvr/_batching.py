@@ -23,8 +23,6 @@ from evidential_prvr._checks import (
 )
 from evidential_prvr._numerics import normalize_rows
 
-__all__ = ["IntraVideoBatch", "build_intra_video_batch"]
-
 
 @dataclass
 class IntraVideoBatch:

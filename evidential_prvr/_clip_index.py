@@ -18,8 +18,6 @@ import torch
 from evidential_prvr._checks import check_choice, check_positive_int, check_tensor
 from evidential_prvr._numerics import normalize_rows
 
-__all__ = ["INDEX_TYPES", "IndexSpec", "ClipIndex"]
-
 INDEX_TYPES = ("flat", "ivf", "ivfpq", "hnsw")
 """FAISS index kinds: ``"flat"`` (exact inner product), ``"ivf"`` (inverted lists), ``"ivfpq"`` (inverted
 lists of 4-bit product-quantised codes), ``"hnsw"`` (graph)."""

@@ -9,8 +9,6 @@ from torch import nn
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr.functional._dempster_shafer import DempsterShaferOutput, dempster_shafer_fusion
 
-__all__ = ["DempsterShaferFusion"]
-
 
 @insert_docs(value_checks=VALUE_CHECKS)
 class DempsterShaferFusion(nn.Module):

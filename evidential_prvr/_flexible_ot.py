@@ -38,8 +38,6 @@ from evidential_prvr.functional._flexible_ot import (
 )
 from evidential_prvr.presets import module_settings
 
-__all__ = ["FlexibleOT"]
-
 
 @settings_properties(TransportSettings)
 @insert_docs(value_checks=VALUE_CHECKS)

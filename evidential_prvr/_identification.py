@@ -28,8 +28,6 @@ from evidential_prvr.functional._identification import (
 )
 from evidential_prvr.presets import module_settings
 
-__all__ = ["UncertaintyGuidedIdentifier"]
-
 
 @settings_properties(IdentificationSettings)
 @insert_docs(identification=IDENTIFICATION_PARAMETERS, value_checks=VALUE_CHECKS)

@@ -40,8 +40,6 @@ from evidential_prvr.functional._inter_video import (
 )
 from evidential_prvr.presets import module_settings
 
-__all__ = ["EvidentialRetrievalLoss"]
-
 
 @settings_properties(InterVideoSettings)
 @insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)

@@ -31,8 +31,6 @@ from evidential_prvr.functional._intra_video import (
 )
 from evidential_prvr.presets import module_settings
 
-__all__ = ["IntraVideoEvidentialLoss"]
-
 
 @settings_properties(IntraVideoSettings)
 @insert_docs(intra=INTRA_PARAMETERS, value_checks=VALUE_CHECKS)

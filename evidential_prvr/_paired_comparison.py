@@ -21,8 +21,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["LOWER_IS_BETTER", "RunComparison", "compare_runs", "hierarchical_bootstrap", "run_metric"]
-
 #: Metrics where a smaller value is better (the verdict of a comparison flips its sign for them).
 LOWER_IS_BETTER = frozenset({"MnR", "MdR"})
 

@@ -40,8 +40,6 @@ import torch
 from evidential_prvr._checks import as_mask, check_finite, check_same_device, check_tensor, should_validate
 from evidential_prvr._docs import insert_docs
 
-__all__ = ["RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc", "selective_recall"]
-
 
 class RiskCoverage(NamedTuple):
     """Operating points of a risk-coverage curve, by increasing coverage (decreasing threshold).

@@ -30,8 +30,6 @@ import torch
 
 from evidential_prvr._paired_comparison import RunComparison, Runs, _as_runs, _padded, _resamples
 
-__all__ = ["SELECTIVE_METRICS", "compare_selective_runs", "selective_run_metric"]
-
 #: The selective figures DAB reports (its "Key Findings"): the AURC of the top-1 error and R@1 among the 10 %
 #: and 25 % most confident queries.
 SELECTIVE_METRICS = ("AURC", "R@1@10%", "R@1@25%")

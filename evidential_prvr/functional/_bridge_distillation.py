@@ -14,8 +14,6 @@ from evidential_prvr._checks import check_same_shape
 from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 from evidential_prvr.functional._gaussian import _check_gaussian, _common_dtype
 
-__all__ = ["bridge_distillation_loss"]
-
 
 @insert_docs(returns=SCALAR_LOSS)
 def bridge_distillation_loss(

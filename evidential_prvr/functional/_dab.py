@@ -23,14 +23,6 @@ from evidential_prvr._checks import (
 )
 from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 
-__all__ = [
-    "pac_loss",
-    "sinusoidal_time_embedding",
-    "bridge_step_sizes",
-    "combine_video_log_variances",
-    "bounded_contraction",
-]
-
 
 @insert_docs(returns=SCALAR_LOSS)
 def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = None) -> torch.Tensor:

@@ -9,8 +9,6 @@ import torch
 from evidential_prvr._checks import check_same_device, check_same_shape, compute_dtype, should_validate
 from evidential_prvr.functional._evidence import Opinion, _opinion, check_alpha
 
-__all__ = ["DempsterShaferOutput", "ds_combine", "ds_conflict", "dempster_shafer_fusion"]
-
 
 @dataclass
 class DempsterShaferOutput:

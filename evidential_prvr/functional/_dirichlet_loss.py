@@ -15,9 +15,6 @@ from evidential_prvr._checks import (
 from evidential_prvr.choices import REDUCTIONS, Reduction
 from evidential_prvr.functional._evidence import check_alpha
 
-__all__ = [ "dirichlet_mse_loss"]
-
-
 
 def dirichlet_mse_loss(
     alpha: torch.Tensor, target: torch.Tensor, reduction: Reduction = "mean", *, validate_args: bool | None = None

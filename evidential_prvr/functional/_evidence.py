@@ -28,9 +28,6 @@ from evidential_prvr._docs import finite_check, insert_docs
 from evidential_prvr.choices import TANH_SCALINGS, TanhScaling
 from evidential_prvr.functional._targets import normalized_target, positive_mask
 
-__all__ = ["Opinion", "evidence", "opinion", "expected_entropy", "label_consistency"]
-
-
 
 @dataclass(frozen=True)
 class Opinion:

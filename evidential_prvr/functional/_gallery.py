@@ -60,9 +60,6 @@ from evidential_prvr.choices import TANH_SCALINGS
 from evidential_prvr.functional._dempster_shafer import _ds_conflict
 from evidential_prvr.functional._evidence import _expected_entropy, _opinion
 
-__all__ = ["BranchOpinion", "GalleryOpinion", "gallery_opinion"]
-"""Where the temperature of Holmes Eq. 3 is applied: ``"inside"`` (paper) or ``"outside"`` (release)."""
-
 
 @dataclass(frozen=True)
 class BranchOpinion:

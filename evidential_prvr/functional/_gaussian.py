@@ -27,19 +27,6 @@ from evidential_prvr._checks import (
 )
 from evidential_prvr._docs import finite_check, insert_docs
 
-__all__ = [
-    "DiagonalGaussian",
-    "KLSources",
-    "pairwise_gaussian_kl",
-    "prepare_kl_sources",
-    "pairwise_gaussian_kl_prepared",
-    "pairwise_wasserstein2",
-    "paired_gaussian_kl",
-    "paired_wasserstein2",
-    "kl_margin",
-    "reparameterised_sample",
-]
-
 
 def _check_gaussian(
     mu: torch.Tensor, logvar: torch.Tensor, name: str, *, ndim: int | tuple[int, ...] | None,

@@ -22,12 +22,6 @@ from evidential_prvr._checks import (
 )
 from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 
-__all__ = [
-    "biased_max_similarity",
-    "batch_classification_loss",
-    "holistic_atomistic_consistency_loss",
-]
-
 TOKEN_MATCHING = ("max", "paired")
 
 

@@ -22,9 +22,6 @@ import torch
 from evidential_prvr._checks import check_choice, check_tensor
 from evidential_prvr.choices import MATCH_RULES, MatchRule
 
-__all__ = [ "positive_mask", "normalized_target", "correctly_matched"]
-
-
 
 def positive_mask(
     query_video: torch.Tensor, num_videos: int, num_queries: int, *, name: str = "query_video", validate: bool = True

@@ -23,7 +23,15 @@ from evidential_prvr.probabilistic._hud import (
     HolisticAtomisticConsistencyLoss,
     ProbabilisticTextEmbedding,
 )
-from evidential_prvr.probabilistic._hud_objective import HUD_DERIVATIVES, HUDComposedQuery, HUDObjective, HUDObjectiveOutput, HUDSwitches, HUDTargetTokens, QueryTokenAttention  # noqa: E501
+from evidential_prvr.probabilistic._hud_objective import (
+    HUD_DERIVATIVES,
+    HUDComposedQuery,
+    HUDObjective,
+    HUDObjectiveOutput,
+    HUDSwitches,
+    HUDTargetTokens,
+    QueryTokenAttention,
+)
 
 __all__ = [
     "DiagonalGaussian",

@@ -25,32 +25,11 @@ from evidential_prvr.functional._dab import (
     sinusoidal_time_embedding,
 )
 from evidential_prvr.functional._gaussian import DiagonalGaussian, _check_gaussian
-from evidential_prvr.probabilistic._common import (
-    DEFAULT_LOGVAR_BOUNDS,
-    _InputChecks,
-    check_bounds,
-    check_dim,
-    check_features,
-    check_inputs,
-    check_sizes,
-    check_token_mask,
-    hidden_size,
-    key_padding,
-    masked_mean,
-    to_module_dtype,
-)
+from evidential_prvr.probabilistic import _common
+from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-__all__ = [
-    "GaussianEmbeddingHead",
-    "TokenUncertaintyHead",
-    "DistributionBridge",
-    "ConditionedDistributionBridge",
-    "ProbabilisticAlignmentContrastiveLoss",
-    "BridgeDistillationLoss",
-]
 
 
 _BOUNDS_AND_CHECKS = """\
@@ -86,8 +65,8 @@ class _LogVarHead(_InputChecks):
         validate_args: bool | None = None,
     ) -> None:
         super().__init__(validate_args)
-        check_sizes(dim_in=dim_in, dim_out=dim_out)
-        self.logvar_bounds = check_bounds(logvar_bounds)
+        _common.check_sizes(dim_in=dim_in, dim_out=dim_out)
+        self.logvar_bounds = _common.check_bounds(logvar_bounds)
         self.dim_in, self.dim_out = dim_in, dim_out
         self._build_layers()
         self.logvar = nn.Linear(dim_in, dim_out)
@@ -144,9 +123,9 @@ class GaussianEmbeddingHead(_LogVarHead):
 
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
-        check_features(x, "x", self.dim_in)
-        check_inputs(self.validate_args, x=x)
-        x = F.normalize(to_module_dtype(x, self), dim=-1)
+        _common.check_features(x, "x", self.dim_in)
+        _common.check_inputs(self.validate_args, x=x)
+        x = F.normalize(_common.to_module_dtype(x, self), dim=-1)
         mu = self.mean(self.mean_norm(x))
         logvar = self.logvar(self.logvar_norm(x)).clamp(*self.logvar_bounds)
         return DiagonalGaussian(mu, logvar)
@@ -214,12 +193,12 @@ class TokenUncertaintyHead(_LogVarHead):
         mask : torch.Tensor, optional
             ``[B, T]`` bool, True = valid token; padded tokens are ignored by attention and pooling.
         """
-        check_features(tokens, "tokens", self.dim_in, ndim=3)
-        check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
-        check_token_mask(mask, tokens, validate_args=self.validate_args)
-        x = F.normalize(to_module_dtype(tokens, self), dim=-1)
-        attended = self.attention(x, x, x, key_padding_mask=key_padding(mask), need_weights=False)[0]
-        pooled = masked_mean(x + attended, mask)
+        _common.check_features(tokens, "tokens", self.dim_in, ndim=3)
+        _common.check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
+        _common.check_token_mask(mask, tokens, validate_args=self.validate_args)
+        x = F.normalize(_common.to_module_dtype(tokens, self), dim=-1)
+        attended = self.attention(x, x, x, key_padding_mask=_common.key_padding(mask), need_weights=False)[0]
+        pooled = _common.masked_mean(x + attended, mask)
         token_logvar: torch.Tensor = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
         if base_logvar is None:
             return token_logvar
@@ -262,12 +241,12 @@ class _DriftChain(_InputChecks):
         validate_args: bool | None = None,
     ) -> None:
         super().__init__(validate_args)
-        check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
-        hidden = hidden_size(hidden_dim, dim)
+        _common.check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
+        hidden = _common.hidden_size(hidden_dim, dim)
         if n_steps > total_steps:
             raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
         self.dim, self.n_steps, self.total_steps, self.time_dim, self.hidden_dim = dim, n_steps, total_steps, time_dim, hidden
-        self.logvar_bounds = check_bounds(logvar_bounds)
+        self.logvar_bounds = _common.check_bounds(logvar_bounds)
         self.step_range = cast("tuple[float, float]", tuple(float(v) for v in step_range))
         self.step_sizes = bridge_step_sizes(n_steps, self.step_range)
         self.drift = nn.Sequential(nn.Linear(self._inputs * dim + time_dim, hidden), nn.GELU(),
@@ -356,9 +335,9 @@ class DistributionBridge(_DriftChain):
         Outputs are in the dtype of the bridge's parameters (float32 for half inputs with float32 weights).
         """
         _check_gaussian(mu, logvar, "input", ndim=None, validate_args=self.validate_args)
-        check_dim(mu, "mu", self.dim)
-        mu = to_module_dtype(mu, self)
-        logvar = to_module_dtype(logvar, self).clamp(*self.logvar_bounds)
+        _common.check_dim(mu, "mu", self.dim)
+        mu = _common.to_module_dtype(mu, self)
+        logvar = _common.to_module_dtype(logvar, self).clamp(*self.logvar_bounds)
         time_embeddings = self.time_embeddings.to(mu.dtype)
         for step, chi in enumerate(self.step_sizes):
             t_emb = time_embeddings[step].expand(*mu.shape[:-1], -1)
@@ -439,18 +418,18 @@ class ConditionedDistributionBridge(_DriftChain):
         (``[Q, 1, D]`` and ``[1, V, D]``: every pair); returns the bridged texts in the broadcast shape."""
         _check_gaussian(mu, logvar, "input", ndim=None, validate_args=self.validate_args)
         _check_gaussian(target_mu, target_logvar, "target", ndim=None, validate_args=self.validate_args)
-        check_dim(mu, "mu", self.dim)
-        check_dim(target_mu, "target_mu", self.dim)
+        _common.check_dim(mu, "mu", self.dim)
+        _common.check_dim(target_mu, "target_mu", self.dim)
         try:
             shape = torch.broadcast_shapes(mu.shape, target_mu.shape)
         except RuntimeError:
             raise ValueError(f"mu {tuple(mu.shape)} and target_mu {tuple(target_mu.shape)} must broadcast to one "
                              "shape (e.g. [Q, 1, D] texts and [1, V, D] videos)") from None
         lo, hi = self.logvar_bounds
-        mu = to_module_dtype(mu, self).expand(shape)
-        logvar = to_module_dtype(logvar, self).clamp(lo, hi).expand(shape)
-        target_mu = to_module_dtype(target_mu, self)
-        target_logvar = to_module_dtype(target_logvar, self).clamp(lo, hi)
+        mu = _common.to_module_dtype(mu, self).expand(shape)
+        logvar = _common.to_module_dtype(logvar, self).clamp(lo, hi).expand(shape)
+        target_mu = _common.to_module_dtype(target_mu, self)
+        target_logvar = _common.to_module_dtype(target_logvar, self).clamp(lo, hi)
         first, output = cast(nn.Linear, self.drift[0]), self.drift[1:]
         d2 = 2 * self.dim
         state_weight, target_weight, time_weight = first.weight.split([d2, d2, first.in_features - 2 * d2], dim=1)
