@@ -98,6 +98,8 @@ def _public_bases(app, name, obj, options, bases):
         base = typing.get_origin(base) or base  # a generic base, _SettingsModule[TransportSettings]
         if isinstance(base, type) and base.__qualname__.startswith("_"):
             bases[i] = next(b for b in base.__mro__[1:] if not b.__qualname__.startswith("_"))
+    if len(bases) > 1:  # a private mixin of declarations (its public ancestor is object) is not worth showing
+        bases[:] = [b for b in bases if b is not object]
 
 
 def _resolve_short_names(app, env, node, contnode):

@@ -27,14 +27,7 @@ from evidential_prvr._overrides import (
     settings_of,
     settings_properties,
 )
-from evidential_prvr.choices import (
-    NCE_VIDEO_TO_TEXT,
-    DatasetName,
-    NCEVideoToText,
-    Preset,
-    Reduction,
-    VideoNegative,
-)
+from evidential_prvr.choices import NCE_VIDEO_TO_TEXT, DatasetName, NCEVideoToText, Preset, Reduction, VideoNegative
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (

@@ -151,6 +151,18 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
     def pot_problem(
         self, sim: torch.Tensor, query_mask: torch.Tensor | None = None, clip_mask: torch.Tensor | None = None
     ) -> list[POTProblem]:
-        """Per video, the problem POT's ``ot.sinkhorn`` solves to the same plan (a verification aid,
-        see :func:`~evidential_prvr.functional.flexible_ot_pot_problems`)."""
+        """Per video, the ``(a, b, M, reg)`` that ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")`` solves to
+        the same plan as this transport (at convergence; with the same number of iterations up to the update
+        order), as float64 NumPy arrays over the valid entries of ``sim [B, Mq, Mc]`` and the masks.
+
+        This loops over videos in Python: it is a verification aid, not a training path.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from evidential_prvr import FlexibleOT
+        >>> problem, = FlexibleOT().pot_problem(torch.tensor([[[0.9, 0.1]]], dtype=torch.float64))
+        >>> problem.a, problem.b  # one query (1/3) and the dustbin (2/3); two clips
+        (array([0.33333333, 0.66666667]), array([0.5, 0.5]))
+        """
         return run_pot_problems(sim, query_mask, clip_mask, self._settings)

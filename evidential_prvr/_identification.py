@@ -29,9 +29,21 @@ from evidential_prvr.functional._identification import (
 from evidential_prvr.presets import module_settings
 
 
+class _IdentificationAttributes:
+    """The fields of ``IdentificationSettings`` as a module's attributes, declared for type checkers
+    (:func:`~evidential_prvr._overrides.settings_properties` adds them at run time)."""
+
+    beta: float
+    tau: float
+    tanh_scaling: TanhScaling
+    entropy_median: EntropyMedian
+    matched: MatchRule
+    fusion: Fusion
+
+
 @settings_properties(IdentificationSettings)
 @insert_docs(identification=IDENTIFICATION_PARAMETERS, value_checks=VALUE_CHECKS)
-class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
+class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings], _IdentificationAttributes):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.identify`, whose documentation
@@ -60,24 +72,20 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
     Examples
     --------
     >>> import torch
+    >>> import evidential_prvr as ep
     >>> from evidential_prvr import UncertaintyGuidedIdentifier
     >>> identifier = UncertaintyGuidedIdentifier.from_preset("release", dataset="tvr")
+    >>> identifier.tau, identifier.matched  # the release's TVR settings, as attributes
+    (0.05, 'argmax')
     >>> sim = torch.tensor([[0.9, 0.8, 0.2], [0.9, 0.7, 0.8], [0.2, 0.6, 0.3]])
-    >>> identifier(sim, sim, torch.tensor([0, 1, 2])).query_type  # precise, polysemous, under-determined
-    tensor([0, 1, 2])
+    >>> result = identifier(sim, sim, torch.eye(3))  # the positives may be a {0, 1} matrix
+    >>> [ep.QueryType(t).name for t in result.query_type.tolist()]
+    ['PRECISE', 'POLYSEMOUS', 'UNDERDETERMINED']
 
     References
     ----------
-    Holmes (ICML 2026), §3.2, Eq. 10-14.
+    Holmes (ICML 2026), §3.2 (the identification module), Eq. 10-14.
     """
-
-    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of IdentificationSettings)
-        beta: float
-        tau: float
-        tanh_scaling: TanhScaling
-        entropy_median: EntropyMedian
-        matched: MatchRule
-        fusion: Fusion
 
     @dataclass(frozen=True, kw_only=True)
     class _Arguments(IdentificationSettings):

@@ -11,7 +11,7 @@ import torch
 from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import insert_docs
 from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._identification import UncertaintyGuidedIdentifier, _IdentificationAttributes
 from evidential_prvr._module_bases import LossOptions, _SettingsLoss
 from evidential_prvr._overrides import (
     module_from_settings,
@@ -20,17 +20,7 @@ from evidential_prvr._overrides import (
     settings_of,
     settings_properties,
 )
-from evidential_prvr.choices import (
-    CalibrationSet,
-    DatasetName,
-    EntropyMedian,
-    Fusion,
-    InterTerm,
-    MatchRule,
-    Preset,
-    Reduction,
-    TanhScaling,
-)
+from evidential_prvr.choices import CalibrationSet, DatasetName, InterTerm, Preset, Reduction
 from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS, BranchPair
 from evidential_prvr.functional._inter_video import (
     CALIBRATION_PARAMETERS,
@@ -43,7 +33,7 @@ from evidential_prvr.presets import module_settings
 
 @settings_properties(InterVideoSettings)
 @insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
-class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings]):
+class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings], _IdentificationAttributes):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.inter_video_loss`, whose
@@ -89,12 +79,6 @@ class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings]):
     """
 
     if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of InterVideoSettings)
-        beta: float
-        tau: float
-        tanh_scaling: TanhScaling
-        entropy_median: EntropyMedian
-        matched: MatchRule
-        fusion: Fusion
         gamma: float
         calibrate: bool
         calibration_set: CalibrationSet

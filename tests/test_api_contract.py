@@ -59,9 +59,8 @@ def test_transport_and_intra_modules_equal_functionals(preset):
     a, b = fot(sim, qmask), F.flexible_ot(sim, qmask, **dataclasses.asdict(fot.settings()))
     assert torch.equal(a.plan, b.plan) and torch.equal(a.assignment, b.assignment)
     intra = ep.IntraVideoEvidentialLoss.from_preset(preset, "tvr")
-    transport = {k: v for k, v in dataclasses.asdict(intra.fot.settings()).items() if k != "grad"}
-    assert torch.equal(intra(sim, qmask),
-                       F.intra_video_loss(sim, qmask, **dataclasses.asdict(intra.settings()), **transport))
+    assert torch.equal(intra(sim, qmask), F.intra_video_loss(sim, qmask, **dataclasses.asdict(intra.settings()),
+                                                             transport=intra.fot.settings()))
 
 
 def test_base_loss_modules_equal_functionals():

@@ -23,6 +23,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from evidential_prvr import functional as F
+from evidential_prvr import presets
 from evidential_prvr.presets import holmes_settings
 from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
 
@@ -171,7 +172,7 @@ def check_flexible_ot(d):
 def check_intra(d):
     sim, qmask, cmask = _transport(d, grad=True)
     settings = _fot_settings(d)
-    loss = F.intra_video_loss(sim, qmask, cmask, **settings, tau=(0.01, 0.06, 0.5)[d.int(0, 2)],
+    loss = F.intra_video_loss(sim, qmask, cmask, transport=presets.TransportSettings(**settings), tau=(0.01, 0.06, 0.5)[d.int(0, 2)],
                               tanh_scaling=("inside", "outside")[d.int(0, 1)],
                               assignment=("fot", "ot", "softmax")[d.int(0, 2)])
     return loss, _grads_finite(loss, sim)
@@ -415,9 +416,9 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "select_sinkhorn_method": lambda d: F.select_sinkhorn_method(d.sim(2, 3, 4), (1e-3, 0.1)[d.int(0, 1)]),
     "scaling_range_bound": lambda d: F.scaling_range_bound(d.dtype),
     "flexible_ot": check_flexible_ot,
-    "flexible_ot_pot_problems": lambda d: [(p.a, p.b, p.M) for p in F.flexible_ot_pot_problems(*_transport(d))],
     "intra_video_loss": check_intra,
-    "intra_video_loss_details": lambda d: F.intra_video_loss_details(*_transport(d), **_fot_settings(d)),
+    "intra_video_loss_details": lambda d: F.intra_video_loss_details(
+        *_transport(d), transport=presets.TransportSettings(**_fot_settings(d))),
     "triplet_ranking_loss": check_triplet,
     "info_nce_loss": check_info_nce,
     "query_diversity_loss": check_diversity,

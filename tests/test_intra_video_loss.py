@@ -8,6 +8,8 @@ import torch
 from hypothesis import given, settings
 
 from evidential_prvr import FlexibleOT, IntraVideoEvidentialLoss
+from evidential_prvr import functional as F
+from evidential_prvr.presets import TransportSettings
 from tests.strategies.transport import masked_similarity_batches
 from tests.test_flexible_ot import reference_fot
 
@@ -156,6 +158,22 @@ def test_presets():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="clip_mask"):
         IntraVideoEvidentialLoss()(torch.rand(1, 2, 3), None, torch.zeros(1, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="transport must be a TransportSettings or None, got dict"):
+        F.intra_video_loss(torch.rand(1, 2, 3), transport={"epsilon": 0.05})
+    with pytest.raises(ValueError, match="assignment='fot' needs a dustbin"):
+        F.intra_video_loss(torch.rand(1, 2, 3), transport=TransportSettings(dustbin_quantile=None))
+
+
+def test_the_transport_is_one_settings_object():
+    """The functional takes the transport's settings as one :class:`TransportSettings` (its keywords are
+    :func:`flexible_ot`'s): the default is the release's, and a changed transport changes the label."""
+    sim = torch.rand(2, 3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    default = F.intra_video_loss_details(sim)
+    assert torch.equal(default.target, F.intra_video_loss_details(sim, transport=TransportSettings()).target)
+    sharper = F.intra_video_loss_details(sim, transport=TransportSettings(epsilon=0.02))
+    assert not torch.allclose(default.target, sharper.target)
+    expected = F.flexible_ot(sim, epsilon=0.02).assignment
+    assert torch.allclose(sharper.target, expected, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -21,7 +21,7 @@ from evidential_prvr.functional._inter_video import calibrated_target, inter_vid
 
 # Entropic optimal transport, flexible OT and L_intra (Holmes Eq. 19-20, App. B.5)
 from evidential_prvr.functional._sinkhorn import scaling_range_bound, select_sinkhorn_method, sinkhorn
-from evidential_prvr.functional._flexible_ot import flexible_ot, flexible_ot_pot_problems
+from evidential_prvr.functional._flexible_ot import flexible_ot
 from evidential_prvr.functional._intra_video import intra_video_loss, intra_video_loss_details
 
 # Basic retrieval losses (Holmes App. B.1, Eq. 22-23)
@@ -79,7 +79,6 @@ __all__ = [
     "select_sinkhorn_method",
     "scaling_range_bound",
     "flexible_ot",
-    "flexible_ot_pot_problems",
     "intra_video_loss",
     "intra_video_loss_details",
     # basic objectives

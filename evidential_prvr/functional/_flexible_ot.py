@@ -52,7 +52,6 @@ __all__ = [
     "POTProblem",
     "TransportSettings",
     "flexible_ot",
-    "flexible_ot_pot_problems",
 ]
 
 
@@ -121,8 +120,8 @@ class POTProblem:
     Examples
     --------
     >>> import torch
-    >>> from evidential_prvr.functional import flexible_ot_pot_problems
-    >>> problem, = flexible_ot_pot_problems(torch.rand(1, 2, 4, dtype=torch.float64))
+    >>> from evidential_prvr import FlexibleOT
+    >>> problem, = FlexibleOT().pot_problem(torch.rand(1, 2, 4, dtype=torch.float64))
     >>> problem.M.shape, problem.reg  # two queries and the dustbin, four clips
     ((3, 4), 0.1)
 
@@ -459,47 +458,12 @@ def _flexible_ot(
     return FlexibleOTResult(plan, dustbin, assignment, similarity, z)
 
 
-def flexible_ot_pot_problems(
-    sim: torch.Tensor,
-    query_mask: torch.Tensor | None = None,
-    clip_mask: torch.Tensor | None = None,
-    *,
-    epsilon: float = 0.1,
-    n_iters: int = 50,
-    dustbin_quantile: float | None = 0.3,
-    normalize: FOTNormalization = "minmax",
-    minmax_over: MinmaxScope = "block",
-    marginals: FOTMarginals = "release",
-) -> list[POTProblem]:
-    """Per video, the ``(a, b, M, reg)`` that ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")``
-    solves to the same plan as :func:`flexible_ot` with the same settings (at convergence; with the
-    same number of iterations up to the update order), as float64 NumPy arrays over the valid entries.
-
-    This loops over videos in Python: it is a verification aid, not a training path.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from evidential_prvr.functional import flexible_ot_pot_problems
-    >>> problem, = flexible_ot_pot_problems(torch.tensor([[[0.9, 0.1]]], dtype=torch.float64))
-    >>> problem.a, problem.b  # one query (1/3) and the dustbin (2/3); two clips
-    (array([0.33333333, 0.66666667]), array([0.5, 0.5]))
-
-    References
-    ----------
-    Holmes (ICML 2026), Eq. 20; Flamary et al., "POT: Python Optimal Transport", JMLR 2021.
-    """
-    settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
-                                 normalize=normalize, minmax_over=minmax_over, marginals=marginals)
-    return run_pot_problems(sim, query_mask, clip_mask, settings)
-
-
 @torch.no_grad()
 def run_pot_problems(
     sim: torch.Tensor, query_mask: torch.Tensor | None, clip_mask: torch.Tensor | None, settings: TransportSettings
 ) -> list[POTProblem]:
-    """:func:`flexible_ot_pot_problems` of checked settings (the path of :meth:`FlexibleOT.pot_problem`; the
-    solver's own ``grad``, ``tol`` and ``method`` do not enter the problem)."""
+    """Per video, the problem POT solves to the plan of :func:`flexible_ot` with ``settings`` (the body of
+    :meth:`FlexibleOT.pot_problem`; the solver's own ``grad``, ``tol`` and ``method`` do not enter it)."""
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, settings, True)
     x = fot_similarity(sim.detach().to(torch.float64), valid, settings, dense)
     a_all, b_all = _fot_marginals(qmask, cmask, torch.float64, settings)

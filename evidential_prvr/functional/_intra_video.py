@@ -20,12 +20,8 @@ from evidential_prvr.choices import (
     INTRA_ASSIGNMENTS,
     REDUCTIONS,
     TANH_SCALINGS,
-    FOTMarginals,
-    FOTNormalization,
     IntraAssignment,
-    MinmaxScope,
     Reduction,
-    SinkhornMethod,
     TanhScaling,
 )
 from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse
@@ -143,14 +139,7 @@ def _intra_video_loss_entry(
     tau: float = 0.06,
     tanh_scaling: TanhScaling = "outside",
     assignment: IntraAssignment = "fot",
-    epsilon: float = 0.1,
-    n_iters: int = 50,
-    dustbin_quantile: float | None = 0.3,
-    normalize: FOTNormalization = "minmax",
-    minmax_over: MinmaxScope = "block",
-    marginals: FOTMarginals = "release",
-    tol: float | None = None,
-    method: SinkhornMethod = "auto",
+    transport: TransportSettings | None = None,
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor | IntraVideoLossDetails:
@@ -179,8 +168,10 @@ def _intra_video_loss_entry(
     query_mask, clip_mask : torch.Tensor, optional
         ``[B, Mq]`` and ``[B, Mc]`` validity masks (bool, or 0/1 values).
     {intra}
-    epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, method
-        Transport settings, see :func:`flexible_ot` (the plan is always a stop-gradient label).
+    transport : TransportSettings, optional
+        The settings of the transport that makes the label (:func:`flexible_ot`, whose keyword arguments
+        they are; ``None``: ``TransportSettings()``, the release's). Their ``grad`` is ignored: the plan is
+        always a stop-gradient label.
     reduction : {"mean", "sum", "none"}
         ``"mean"``: over the videos with a valid query; ``"sum"``: their sum; ``"none"``: ``[B]``
         per video (0 for a video without a valid query).
@@ -205,15 +196,19 @@ def _intra_video_loss_entry(
     >>> from evidential_prvr.functional import intra_video_loss_details
     >>> intra_video_loss_details(sim, tau=0.06).per_query.shape
     torch.Size([1, 2])
+    >>> from evidential_prvr.presets import TransportSettings
+    >>> float(intra_video_loss(sim, tau=0.06, transport=TransportSettings(epsilon=0.05))) > 0
+    True
 
     References
     ----------
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
     settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
-    transport = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
-                                  normalize=normalize, minmax_over=minmax_over, marginals=marginals, tol=tol,
-                                  method=method)
+    if transport is None:
+        transport = TransportSettings()
+    elif not isinstance(transport, TransportSettings):
+        raise TypeError(f"transport must be a TransportSettings or None, got {type(transport).__name__}")
     return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, details, validate_args)
 
 
@@ -243,36 +238,17 @@ def run_intra_video_loss(
                                         else None)
     validate = should_validate(validate_args)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, transport, validate)
-    return _intra_video_loss(sim, qmask, cmask, valid, dense, transport, settings.tau, settings.tanh_scaling,
-                             settings.assignment, reduction, details, validate)
-
-
-def _intra_video_loss(
-    sim: torch.Tensor,
-    qmask: torch.Tensor,
-    cmask: torch.Tensor,
-    valid: torch.Tensor,
-    dense: bool,
-    settings: TransportSettings,
-    tau: float,
-    tanh_scaling: TanhScaling,
-    assignment: IntraAssignment,
-    reduction: Reduction,
-    details: bool,
-    validate: bool,
-) -> torch.Tensor | IntraVideoLossDetails:
-    """:func:`intra_video_loss` on validated inputs."""
-    if assignment == "softmax":
-        transport = None
-        similarity = fot_similarity(sim.to(compute_dtype(sim)), valid, settings, dense, sim.dtype)
-        logits = (similarity.detach() / settings.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
+    if settings.assignment == "softmax":
+        plan = None
+        similarity = fot_similarity(sim.to(compute_dtype(sim)), valid, transport, dense, sim.dtype)
+        logits = (similarity.detach() / transport.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
         target = torch.where(valid, torch.softmax(logits, dim=2), torch.zeros_like(similarity))
     else:
-        transport = _flexible_ot(sim, qmask, cmask, valid, dense, settings, validate, False)  # settings: detached
-        similarity = transport.similarity  # keeps its gradient
-        target = transport.assignment.detach()
+        plan = _flexible_ot(sim, qmask, cmask, valid, dense, transport, validate, False)  # transport: detached
+        similarity = plan.similarity  # keeps its gradient
+        target = plan.assignment.detach()
 
-    alpha = _evidence(similarity, tau, tanh_scaling) + 1.0
+    alpha = _evidence(similarity, settings.tau, settings.tanh_scaling) + 1.0
     alpha = torch.where(valid, alpha, torch.zeros_like(alpha))
     # a padded query row has alpha = 0 everywhere; give it a harmless dummy row and mask it out
     safe_alpha = torch.where(qmask.unsqueeze(2), alpha, torch.ones_like(alpha))
@@ -288,4 +264,4 @@ def _intra_video_loss(
         loss = (per_video * has_query).sum() / has_query.sum().clamp_min(1).to(per_query.dtype)
     if not details:
         return loss
-    return IntraVideoLossDetails(loss, per_query, per_video, alpha, target, transport)
+    return IntraVideoLossDetails(loss, per_query, per_video, alpha, target, plan)
