@@ -51,12 +51,31 @@ def _base_section(cls: type, preset: Preset, dataset: DatasetName | None) -> Bas
     return section
 
 
+@insert_docs(value_checks=VALUE_CHECKS)
 class TripletRankingLoss(_ReducedLoss):
     """Bidirectional in-batch triplet ranking loss (Holmes App. B.1); ``forward`` is one call of
     :func:`~evidential_prvr.functional.triplet_ranking_loss`.
 
     Hard negatives are switched on and off during training with the attribute ``use_hard_negatives`` (the
     release turns them on at epoch 20); ``hard_negative_topk`` is the pool size used when they are on.
+    :meth:`from_preset` takes the margin, the pool size and the video negative of the preset's L_base.
+
+    Parameters
+    ----------
+    margin : float
+        Margin of the hinge (>= 0).
+    hard_negative_topk : int
+        Pool of the hardest negatives the text→video negative is drawn from while ``use_hard_negatives``.
+    use_hard_negatives : bool
+        Start with hard negatives on.
+    video_negative : {"hardest", "pool"}
+        Video→text negative with hard negatives on: the hardest (release) or one drawn from the pool.
+    reduction : {"mean", "sum", "none"}
+        Over the queries.
+    {value_checks}
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its rows ``[Q_r, V_global]``;
+        the negatives are those of the global batch, drawn as one process draws them.
 
     Examples
     --------
@@ -113,9 +132,21 @@ class TripletRankingLoss(_ReducedLoss):
         )
 
 
+@insert_docs(value_checks=VALUE_CHECKS)
 class InfoNCELoss(_ReducedLoss):
     """Bidirectional InfoNCE over unnormalised scores (Holmes App. B.1); ``forward`` is one call of
-    :func:`~evidential_prvr.functional.info_nce_loss`.
+    :func:`~evidential_prvr.functional.info_nce_loss`. :meth:`from_preset` takes the preset's video→text form.
+
+    Parameters
+    ----------
+    video_to_text : {"release", "paper"}
+        Video→text term: the release's multiple-positive NCE per video, or App. B.1 as written (one term
+        per positive pair); see :func:`~evidential_prvr.functional.info_nce_loss`.
+    reduction : {"mean", "sum", "none"}
+        Over the queries.
+    {value_checks}
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its rows ``[Q_r, V_global]``.
 
     Examples
     --------
@@ -152,9 +183,22 @@ class InfoNCELoss(_ReducedLoss):
         return f"video_to_text={self.video_to_text!r}"
 
 
+@insert_docs(value_checks=VALUE_CHECKS)
 class QueryDiversityLoss(_ReducedLoss):
     """Query-diversity loss over the queries of the same video (Holmes Eq. 23); ``forward`` is one call of
-    :func:`~evidential_prvr.functional.query_diversity_loss`.
+    :func:`~evidential_prvr.functional.query_diversity_loss`. :meth:`from_preset` takes α, δ and λ of the
+    preset's L_base (the release's ``neg_factor``).
+
+    Parameters
+    ----------
+    alpha, delta, lam : float
+        Scale :math:`\\alpha > 0`, margin :math:`\\delta` and focal exponent :math:`\\lambda \\ge 0` of Eq. 23.
+    reduction : {"mean", "sum", "none"}
+        Over the queries.
+    {value_checks}
+    distributed : bool
+        Multi-process training (:doc:`/guide/distributed`): each rank passes its own queries (a video's
+        captions on one rank); the terms stay local and the reduction is over the global batch.
 
     Examples
     --------

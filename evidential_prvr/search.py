@@ -39,6 +39,7 @@ from evidential_prvr._checks import (
 from evidential_prvr._clip_index import INDEX_TYPES, ClipIndex, IndexSpec
 from evidential_prvr._numerics import HALF_DTYPES, normalize_rows
 from evidential_prvr._rerank_kernels import pair_max
+from evidential_prvr.functional._gallery import _QueryCandidates
 
 __all__ = [
     "SearchResult",
@@ -52,7 +53,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class SearchResult:
+class SearchResult(_QueryCandidates):
     """The ranked top-k videos of every query of a gallery search.
 
     Attributes
@@ -99,15 +100,8 @@ class SearchResult:
     target_clip_scores: torch.Tensor | None = None
     target_frame_scores: torch.Tensor | None = None
 
-    @property
-    def k(self) -> int:
-        """Candidates per query."""
-        return self.indices.shape[1]
-
-    @property
-    def num_queries(self) -> int:
-        """Number of queries ``Q``."""
-        return self.indices.shape[0]
+    def _ranked(self) -> torch.Tensor:
+        return self.indices
 
     def _require_target(self, what: str) -> torch.Tensor:
         if self.target is None or self.target_scores is None:

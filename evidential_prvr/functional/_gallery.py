@@ -105,8 +105,26 @@ class BranchOpinion:
     label_consistency: torch.Tensor | None = None
 
 
+class _QueryCandidates:
+    """Base of a result of ``Q`` queries with ``K`` ranked candidates each: its sizes, read from the ``[Q, K]``
+    tensor of candidate indices that the subclass names in ``_ranked``."""
+
+    def _ranked(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def num_queries(self) -> int:
+        """Number of queries ``Q``."""
+        return self._ranked().shape[0]
+
+    @property
+    def k(self) -> int:
+        """Number of candidates per query ``K``."""
+        return self._ranked().shape[1]
+
+
 @dataclass(frozen=True)
-class GalleryOpinion:
+class GalleryOpinion(_QueryCandidates):
     """Opinions of every query over its top-k gallery candidates, per branch and fused.
 
     Attributes
@@ -156,15 +174,8 @@ class GalleryOpinion:
     conflict: torch.Tensor
     correct: torch.Tensor | None = None
 
-    @property
-    def num_queries(self) -> int:
-        """Number of queries ``Q``."""
-        return self.candidates.shape[0]
-
-    @property
-    def k(self) -> int:
-        """Number of candidates per query ``K``."""
-        return self.candidates.shape[1]
+    def _ranked(self) -> torch.Tensor:
+        return self.candidates
 
 
 def _check_inputs(
