@@ -133,7 +133,7 @@ def test_user_mistakes_are_reported(mypy_output):
 
 
 def test_transposed_scores_are_blamed_before_the_embeddings():
-    """Issue 24: ``[V, Q]`` scores beside ``clip_emb`` said the embeddings were wrong."""
+    """Scores passed transposed (``[V, Q]``) beside ``clip_emb`` are blamed, not the embeddings (which once were)."""
     import torch
 
     criterion = ep.HolmesCriterion.from_preset("release", "tvr")

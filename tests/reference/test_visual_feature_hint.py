@@ -1,4 +1,4 @@
-"""A mistyped ``--visual-feature`` names the feature folders that exist and the closest one (issue 24)."""
+"""A mistyped ``--visual-feature`` names the feature folders that exist and the closest one."""
 
 from __future__ import annotations
 
