@@ -11,7 +11,6 @@ from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import (
-    check_settings,
     module_from_settings,
     settings_constructor,
     settings_fields,
@@ -112,9 +111,7 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings], _Iden
                       distributed: bool = False, threshold_decay: float | None = None) -> UncertaintyGuidedIdentifier:
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
-        check_settings(settings, IdentificationSettings)
-        own = settings_of(settings, IdentificationSettings)
-        return module_from_settings(cls, IdentificationSettings, own, validate_args=validate_args,
+        return module_from_settings(cls, IdentificationSettings, settings, validate_args=validate_args,
                                     distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "reject_unknown",
     "resolve_overrides",
-    "preset_overrides",
     "preset_module",
     "check_settings",
     "module_from_settings",
@@ -106,32 +105,20 @@ def settings_constructor(
     return decorate
 
 
-
-
-def preset_overrides(cls: Callable[..., object], args: tuple[Any, ...], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``from_preset`` call's overrides, its positional ones named after the constructor's positional
-    parameters (a ``from_preset`` takes any constructor argument; type checkers read them from the constructor)."""
-    if not args:
-        return dict(overrides)
-    named = inspect.signature(cls).bind_partial(*args).arguments
-    twice = sorted(named.keys() & overrides.keys())
-    if twice:
-        raise TypeError(f"{cast(type, cls).__name__}.from_preset() got multiple values for {', '.join(twice)}")
-    return {**named, **overrides}
-
-
-
-
-
-
 def preset_module(
     cls: Callable[..., M], arguments: Mapping[str, Any], args: tuple[Any, ...], overrides: Mapping[str, Any]
 ) -> M:
-    """``cls`` built from a preset's constructor ``arguments`` with a ``from_preset`` call's ``args`` and
-    ``overrides`` in their place (:func:`preset_overrides`); a name the constructor does not take raises
-    ``TypeError``."""
-    given = preset_overrides(cls, args, overrides)
-    reject_unknown(given, inspect.signature(cls).parameters, cast(type, cls).__name__)
+    """``cls`` built from a preset's constructor ``arguments`` with a ``from_preset`` call's ``args`` (named
+    after the constructor's positional parameters) and ``overrides`` in their place; a name the constructor
+    does not take, or one given twice, raises ``TypeError``."""
+    name = cast(type, cls).__name__
+    signature = inspect.signature(cls)
+    named = signature.bind_partial(*args).arguments if args else {}
+    twice = sorted(named.keys() & overrides.keys())
+    if twice:
+        raise TypeError(f"{name}.from_preset() got multiple values for {', '.join(twice)}")
+    given = {**named, **overrides}
+    reject_unknown(given, signature.parameters, name)
     return cls(**{**arguments, **given})
 
 
@@ -144,10 +131,11 @@ def check_settings(settings: object, settings_class: type) -> None:
 
 
 def module_from_settings(cls: Callable[..., M], settings_class: type, settings: Any, **keywords: Any) -> M:
-    """``cls`` built from the fields of ``settings`` (checked to be a ``settings_class``) and ``keywords``:
-    the body of a module's ``from_settings`` (its constructor takes every field as a keyword)."""
+    """``cls`` built from the fields of ``settings_class`` in ``settings`` (checked to be one, or an extension
+    of it) and ``keywords``: the body of a module's ``from_settings`` (its constructor takes every field as a
+    keyword)."""
     check_settings(settings, settings_class)
-    return cls(**settings_fields(settings), **keywords)
+    return cls(**settings_fields(settings, settings_class), **keywords)
 
 
 def _field_property(name: str) -> property:

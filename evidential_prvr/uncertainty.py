@@ -67,7 +67,6 @@ __all__ = [
 ]
 
 
-
 @insert_docs(value_checks=VALUE_CHECKS)
 class GalleryUncertainty(PresetModule):
     """Per-query Dirichlet opinions over the top-k gallery candidates (Holmes Eq. 3-5, 7, 9, 16).
