@@ -10,15 +10,15 @@ one. :func:`choose_cpu_threads` therefore takes, in this order:
 1. the number given (a command's ``--threads``);
 2. ``OMP_NUM_THREADS`` when the environment sets it to a positive integer (the user's choice, as PyTorch takes it);
 3. the cores this process may use (``os.sched_getaffinity``, e.g. under ``taskset`` or a container's CPU set),
-   less the load on them from other processes, rounded to whole cores, at least one, at most ``at_most`` when
-   given. The load is the larger of the one-minute load average (``os.getloadavg``) minus this process's own
-   share of it (:func:`own_load`) and the cores kept busy right now (``/proc/stat`` over a quarter of a second
-   while this process sleeps, :func:`busy_cores`): the load average trails a job that started seconds ago by
-   most of a minute.
+   less the cores other processes keep busy right now, rounded to whole cores, at least one, at most
+   ``at_most`` when given. "Right now" is :func:`busy_cores`: the busy time of those cores in ``/proc/stat``
+   over half a second while this process sleeps, less the CPU time this process itself used meanwhile.
 
-The one-minute load average counts every runnable thread of the machine, so on a machine with more cores than
-this process may use the load of the others' cores is counted too: the choice errs towards fewer threads. The
-count is chosen once, when a command starts; a job that starts later is not seen.
+The one-minute load average is not read: it trails the machine by most of a minute both ways. Right after an
+install in the same command line it still counts the install, which is over, and so took a thread from the
+README's demo on an idle two-core machine; and a job that started seconds ago is not in it yet.
+Where ``/proc/stat`` cannot be read (not Linux) every allowed core is used. The count is chosen once, when a
+command starts; a job that starts later is not seen.
 :func:`use_cpu_threads` applies the choice (``torch.set_num_threads``); every reference model's command does so
 for ``--device cpu`` before it starts (``reference_models.engine.run_main``).
 """
@@ -33,13 +33,10 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ThreadChoice", "choose_cpu_threads", "use_cpu_threads", "own_load", "busy_cores"]
-
-#: The time constant of the kernel's one-minute load average, in seconds.
-_LOAD_WINDOW_S = 60.0
+__all__ = ["ThreadChoice", "choose_cpu_threads", "use_cpu_threads", "busy_cores"]
 
 #: How long :func:`busy_cores` watches the cores, in seconds.
-_BUSY_WINDOW_S = 0.25
+_BUSY_WINDOW_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -61,37 +58,6 @@ class ThreadChoice:
     fewer_for_load: bool = False
 
 
-def _process_age_s() -> float | None:
-    """Seconds since this process started (``/proc/self/stat``), or ``None`` where that cannot be read."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime = float(f.read().split()[0])
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat(5), counted after the command name
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(uptime - started, 0.0)
-
-
-def own_load(cpu_s: float | None = None, age_s: float | None = None) -> float:
-    """This process's own share of the one-minute load average.
-
-    The load average decays with a time constant of a minute; a process that kept ``cpu_s / age_s`` threads
-    runnable on average since it started ``age_s`` seconds ago contributes about
-    ``cpu_s / age_s * (1 - exp(-age_s / 60))``. Both default to this process's (user + system CPU time of all its
-    threads, and its age); ``0.0`` where the age is unknown.
-    """
-    if cpu_s is None:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu_s = usage.ru_utime + usage.ru_stime
-    if age_s is None:
-        age_s = _process_age_s()
-    if age_s is None or age_s <= 0:
-        return 0.0
-    return cpu_s / age_s * (1.0 - math.exp(-age_s / _LOAD_WINDOW_S))
-
-
 def _core_times(cores: set[int]) -> tuple[float, float] | None:
     """Busy and total clock ticks of ``cores`` since boot (``/proc/stat``), or ``None`` where unreadable."""
     busy = total = 0.0
@@ -108,16 +74,27 @@ def _core_times(cores: set[int]) -> tuple[float, float] | None:
     return (busy, total) if total > 0 else None
 
 
+def _own_cpu_s() -> float:
+    """User + system CPU time of all of this process's threads so far, in seconds."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def busy_cores(cores: set[int], window_s: float = _BUSY_WINDOW_S) -> float | None:
-    """How many of ``cores`` (CPU numbers) other processes keep busy now: their busy fraction over ``window_s``
-    seconds, during which this process sleeps, times their number. ``None`` where ``/proc/stat`` cannot be
-    read."""
-    before = _core_times(cores)
+    """How many of ``cores`` (CPU numbers) other processes keep busy now.
+
+    The busy fraction of ``cores`` over ``window_s`` seconds (``/proc/stat``), during which the calling thread
+    sleeps, times their number, less the CPU time this process's other threads used in the window (as cores).
+    ``None`` where ``/proc/stat`` cannot be read or names none of ``cores``.
+    """
+    before, own_before = _core_times(cores), _own_cpu_s()
     time.sleep(window_s)
-    after = _core_times(cores)
+    after, own_after = _core_times(cores), _own_cpu_s()
     if before is None or after is None or after[1] <= before[1]:
         return None
-    return (after[0] - before[0]) / (after[1] - before[1]) * len(cores)
+    busy = (after[0] - before[0]) / (after[1] - before[1]) * len(cores)
+    own = (own_after - own_before) / window_s if window_s > 0 else 0.0
+    return min(max(busy - own, 0.0), float(len(cores)))
 
 
 def _allowed_cores() -> set[int] | None:
@@ -125,13 +102,6 @@ def _allowed_cores() -> set[int] | None:
     try:
         return set(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return None
-
-
-def _load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not available on this system
         return None
 
 
@@ -169,12 +139,11 @@ def choose_cpu_threads(
     allowed = _allowed_cores()
     cores = len(allowed) if allowed else os.cpu_count() or 1
     limit = cores if at_most is None else min(cores, at_most)
-    load, now = _load_average(), busy_cores(allowed) if allowed else None
-    if load is None and now is None:
-        return ThreadChoice(limit, f"{limit} thread(s): {cores} core(s) available, load unknown")
-    others = max(0.0 if load is None else load - own_load(), 0.0 if now is None else now)
+    others = busy_cores(allowed) if allowed else None
+    if others is None:
+        return ThreadChoice(limit, f"{limit} thread(s): {cores} core(s) available, their use unknown")
     threads = max(1, min(limit, math.floor(cores - others + 0.5)))
-    return ThreadChoice(threads, f"{threads} thread(s): {cores} core(s) available, load {others:.2f} from "
+    return ThreadChoice(threads, f"{threads} thread(s): {cores} core(s) available, {others:.2f} kept busy by "
                                  "other processes", fewer_for_load=threads < limit)
 
 
