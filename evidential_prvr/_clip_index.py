@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive_int, check_tensor
+from evidential_prvr._gallery_search import rerank_candidates, token_norms
 from evidential_prvr._numerics import normalize_rows
 
 INDEX_TYPES = ("flat", "ivf", "ivfpq", "hnsw")
@@ -188,8 +189,6 @@ class ClipIndex:
         flat = clips.reshape(-1, self.dim)
         self.num_clips = flat.shape[0]
         self.index = self._build(flat, seed)
-        from evidential_prvr.search import token_norms
-
         self.clip_norms = token_norms(clips)
         self._gpu: dict[int, Any] = {}
 
@@ -319,8 +318,6 @@ class ClipIndex:
         -------
         SearchResult
         """
-        from evidential_prvr.search import rerank_candidates
-
         check_positive_int(k, "k")
         if num_candidates is None:
             num_candidates = k

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidential_prvr import GalleryUncertainty
-from evidential_prvr import search as search_module
+from evidential_prvr import _gallery_search as search_module
 from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
 from evidential_prvr.search import ClipIndex, IndexSpec, SearchResult, gallery_search, rerank_candidates
 

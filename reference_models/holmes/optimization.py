@@ -20,7 +20,6 @@ engine's (:mod:`reference_models.engine.optimization`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -29,15 +28,11 @@ from reference_models.engine import check_choice
 from reference_models.holmes.bert_adam import BertStyleAdam
 from reference_models.holmes.model import InputProjection, LearnedPositionalEmbedding
 
-if TYPE_CHECKING:  # the config validates its choices against this module's tuples, so it imports this module
-    from reference_models.holmes.config import OptimSettings
-
 __all__ = [
     "OPTIMIZERS",
     "NO_DECAY_RULES",
     "decay_groups",
     "build_optimizer",
-    "optimizer_from_settings",
 ]
 
 OPTIMIZERS = ("bert_adam", "adamw")
@@ -114,12 +109,3 @@ def build_optimizer(
     if optimizer == "bert_adam":
         return BertStyleAdam(groups, lr=lr, betas=betas, eps=eps, max_grad_norm=max_grad_norm)
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
-
-
-def optimizer_from_settings(modules: Iterable[nn.Module], settings: OptimSettings) -> torch.optim.Optimizer:
-    """:func:`build_optimizer` with the choices of ``settings``. The optimiser does not clip: the trainer
-    clips with :func:`~reference_models.engine.clip_gradients` (``settings.grad_clip_mode``) before each step."""
-    return build_optimizer(
-        modules, settings.lr, settings.weight_decay, optimizer=settings.optimizer, no_decay=settings.no_decay,
-        eps=settings.eps, betas=settings.betas, max_grad_norm=0.0,
-    )

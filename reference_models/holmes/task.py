@@ -42,7 +42,7 @@ from reference_models.holmes.evaluate import evaluate_retrieval
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.model import HolmesModel, VideoEmbeddings, max_over_positions
 from reference_models.holmes.objective import DistributedHolmesObjective, HolmesObjective, ObjectiveTerms
-from reference_models.holmes.optimization import optimizer_from_settings
+from reference_models.holmes.optimization import build_optimizer
 
 __all__ = ["HolmesTask"]
 
@@ -145,7 +145,10 @@ class HolmesTask(TrainingTask):
             raise NonFiniteOutputError(str(exc)) from exc
 
     def build_optimizer(self, modules: list[nn.Module]) -> torch.optim.Optimizer:
-        return optimizer_from_settings(modules, self.config.optim)
+        # no clipping inside the optimiser: the trainer clips (``optim.grad_clip_mode``) before each step
+        optim = self.config.optim
+        return build_optimizer(modules, optim.lr, optim.weight_decay, optimizer=optim.optimizer,
+                               no_decay=optim.no_decay, eps=optim.eps, betas=optim.betas, max_grad_norm=0.0)
 
     def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int):
         optim = self.config.optim

@@ -27,7 +27,6 @@ from reference_models.holmes.data import load_split
 from reference_models.holmes.factory import model_config
 from reference_models.holmes.model import HolmesModel, ModelSettings
 from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.optimization import optimizer_from_settings
 from reference_models.holmes.task import HolmesTask
 
 DATASETS = ("tvr", "activitynet", "charades")
@@ -121,7 +120,7 @@ def test_every_registry_field_reaches_the_model_the_optimiser_and_the_objective(
     # optimiser, schedule and batches
     task = HolmesTask(config, micro_split, micro_split)
     layer = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
-    optimizer = optimizer_from_settings([layer], config.optim)
+    optimizer = task.build_optimizer([layer])
     o = settings.optimizer
     optimizer_fields = {f.name for f in dataclasses.fields(o)}
     assert optimizer_fields == {"lr", "warmup_proportion", "weight_decay", "max_grad_norm", "eps", "betas",

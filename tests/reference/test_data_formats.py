@@ -22,7 +22,7 @@ from reference_models.holmes.data import (
     visual_format_names,
 )
 from reference_models.holmes.data.layout import CollectionPaths
-from reference_models.holmes.data.visual_formats import unregister_visual_format
+from reference_models.holmes.data.visual_formats import detect_visual_format, unregister_visual_format
 from tests.reference.data_helpers import COLLECTION, make_micro_benchmark
 from tests.reference.run_helpers import FEATURE
 
@@ -84,7 +84,7 @@ def test_a_registered_format_is_written_detected_validated_and_read(npy_format, 
     npy_root = make_micro_benchmark(tmp_path / "npy", layout="npy_test")
     hdf5_root = make_micro_benchmark(tmp_path / "hdf5", layout="hdf5")
     paths = CollectionPaths(npy_root, COLLECTION, FEATURE)
-    assert paths.visual_layout() == "npy_test" and not (paths.feature_dir / "feature.hdf5").exists()
+    assert detect_visual_format(paths).name == "npy_test" and not (paths.feature_dir / "feature.hdf5").exists()
     assert validate_data_root(npy_root, COLLECTION, FEATURE) == []
     npy = load_split(npy_root, COLLECTION, FEATURE, "train", n_clips=4, n_frames=8)
     hdf5 = load_split(hdf5_root, COLLECTION, FEATURE, "train", n_clips=4, n_frames=8)
@@ -99,7 +99,7 @@ def test_the_built_in_formats_and_the_missing_features_message(tmp_path):
     paths = CollectionPaths(tmp_path, COLLECTION, FEATURE)
     paths.feature_dir.mkdir(parents=True)
     with pytest.raises(DataValidationError, match="neither feature.hdf5 nor feature.bin exists"):
-        paths.visual_layout()
+        detect_visual_format(paths)
 
 
 def test_a_name_is_registered_once(npy_format):

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_models.engine.errors import DataValidationError
-from reference_models.holmes.data.visual_formats import detect_visual_format
 
 __all__ = [
     "SPLITS",
@@ -67,17 +66,6 @@ class CollectionPaths:
     def bigfile(self, name: str) -> Path:
         """One of the BigFile parts: ``feature.bin``, ``id.txt``, ``shape.txt``, ``video2frames.txt``."""
         return self.feature_dir / name
-
-    def visual_layout(self) -> str:
-        """The name of the registered visual-feature format present (``"hdf5"`` before ``"bigfile"``; see
-        :mod:`reference_models.holmes.data.visual_formats`).
-
-        Raises
-        ------
-        DataValidationError
-            When none is present.
-        """
-        return detect_visual_format(self).name
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A format is one :class:`VisualFeatureFormat` subclass in its own module, registered with
 :func:`register_visual_format`. Everything that depends on the format asks the registry: the layout
-detection (:meth:`CollectionPaths.visual_layout <reference_models.holmes.data.layout.CollectionPaths.visual_layout>`),
+detection (:func:`detect_visual_format`),
 the reader (``features.open_visual_reader``),
 :func:`~reference_models.holmes.data.validate_data_root` and the embedded generator
 (:func:`~reference_models.holmes.data.generate_embedded_benchmark`, ``feature_layout=``). The built-in
@@ -16,14 +16,12 @@ import abc
 import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 import numpy as np
 
 from reference_models.engine.errors import DataValidationError
-
-if TYPE_CHECKING:
-    from reference_models.holmes.data.layout import CollectionPaths
+from reference_models.holmes.data.layout import CollectionPaths
 
 __all__ = [
     "VisualReader",
@@ -66,7 +64,7 @@ class VisualFeatureFormat(metaclass=abc.ABCMeta):
     Class attributes
     ----------------
     name : str
-        The format's name (``feature_layout=`` of the embedded generator, ``CollectionPaths.visual_layout()``).
+        The format's name (``feature_layout=`` of the embedded generator, ``detect_visual_format(paths).name``).
     marker : str
         The file whose presence in the feature folder identifies the format.
     priority : int
