@@ -19,8 +19,8 @@ rounds, each ratio one of medians. The load average and the memory available are
 every process.
 
 **FlexibleOT.** ``benchmarks/flexible_ot.py --quick --no-scaling`` in a fresh process, its output relayed as
-it prints it (the release preset against POT's batched log-Sinkhorn at the release's size, on every path it
-offers).
+it prints it (the release preset, eager and under ``torch.compile``, against POT's batched log-Sinkhorn at the
+release's size).
 
 **Demo, idle and shared.** ``python -m reference_models.holmes demo`` (seed 0, the thread count its own
 choice: no ``OMP_NUM_THREADS``) timed alone, then beside a two-thread PyTorch training loop started before it

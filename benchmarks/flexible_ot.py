@@ -3,21 +3,20 @@
 The problem is the release's intra-video transport: B videos, Mq queries plus the dustbin row
 against Mc clips, 50 iterations, float32, CPU. For each size it prints the time of
 
-* ``FlexibleOT`` (release preset: min-max normalisation, dustbin quantile, transport, assignment) on each
-  Sinkhorn backend (:func:`evidential_prvr.set_sinkhorn_backend`): the default (``"auto"``), the hand-written
-  kernel, the loop compiled by :func:`torch.compile` and the eager loop,
-* the library's solver alone (:func:`evidential_prvr.functional.sinkhorn`) on the prepared problem, default
-  and eager,
+* ``FlexibleOT`` (release preset: min-max normalisation, dustbin quantile, transport, assignment), eager,
+* the same module under ``torch.compile(module, fullgraph=True)`` (built with ``validate_args=False``: the value
+  checks read tensors on the host, which a full graph cannot),
+* the library's solver alone (:func:`evidential_prvr.functional.sinkhorn`) on the prepared problem,
 * ``ot.solve_batch(M, reg, a, b, max_iter=50, tol=0, method="log_sinkhorn", grad="detach")``,
-* the module forced to the log-domain scheme, default / compiled / eager (main size only),
+* the module forced to the log-domain scheme, eager (main size only),
 * a Python loop of ``ot.sinkhorn(a, b, M, reg, method="sinkhorn_log")`` over the videos (main size only),
 
-the time ratios, and the largest absolute differences between the library's and POT's plans and between
-each backend's and the eager plans. The timed calls are interleaved (one call of each per round, ``repeats``
-rounds), so that a load from other processes falls on all of them alike; every figure is a median, every
-ratio one of medians from the same run. The kernel's build time (or the load time of the cached build) and
-the compilation time of the compiled loop are printed first. ``--device cuda`` runs it on a GPU (the kernel
-is CPU-only; there the default is the eager loop and the compiled loop is Triton's).
+the time ratios against POT's batched solver, and the largest absolute differences between the library's
+and POT's plans and between the compiled and the eager module's plans. The timed calls are interleaved
+(one call of each per round, ``repeats`` rounds), so that a load from other processes falls on all of them
+alike; every figure is a median, every ratio one of medians from the same run. The time of the compiled
+module's first call (compilation, or loading from the compiler's cache) is printed with each size.
+``--device cuda`` runs it on a GPU (there ``torch.compile`` generates Triton code).
 
 Run ``python benchmarks/flexible_ot.py`` (main size, then scaling in B and Mc) or add ``--quick``.
 """
@@ -37,12 +36,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks._timing import median_ms, set_threads
-from evidential_prvr import FlexibleOT, set_sinkhorn_backend, sinkhorn_backend
+from evidential_prvr import FlexibleOT
 from evidential_prvr.functional import select_sinkhorn_method, sinkhorn
-from evidential_prvr.functional._sinkhorn_kernel import kernel_function, kernel_status
-
-BACKENDS = {"module_ms": "auto", "module_kernel_ms": "kernel", "module_compiled_ms": "compiled",
-            "module_eager_ms": "eager"}
 
 
 def make_problem(batch: int, queries: int, clips: int, seed: int = 0, device: str = "cpu"):
@@ -58,18 +53,6 @@ def make_problem(batch: int, queries: int, clips: int, seed: int = 0, device: st
                    torch.full((batch, 1), clips / (clips + queries))], dim=1).to(device)
     b = torch.full((batch, clips), 1.0 / clips).to(device)
     return fot, sim, scores, a, b
-
-
-def on_backend(backend: str, fn):
-    """``fn`` called with the Sinkhorn backend set to ``backend`` (the previous one restored after)."""
-    def call():
-        previous = sinkhorn_backend()
-        set_sinkhorn_backend(backend)
-        try:
-            return fn()
-        finally:
-            set_sinkhorn_backend(previous)
-    return call
 
 
 def synchronized(fn, device: str):
@@ -104,7 +87,11 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
     fot.n_iters = iters
     cost = -scores
     row = {"B": batch, "Mc": clips, "path": select_sinkhorn_method(scores, fot.epsilon, a, b)}
-    backends = {key: name for key, name in BACKENDS.items() if device == "cpu" or name != "kernel"}
+    unchecked = FlexibleOT.from_preset("release", dataset="tvr", n_iters=iters, validate_args=False)
+    compiled = torch.compile(unchecked, fullgraph=True)
+    start = time.perf_counter()
+    synchronized(lambda: compiled(sim), device)()
+    row["compile_s"] = time.perf_counter() - start
 
     def solver():
         return sinkhorn(scores, a, b, fot.epsilon, iters, grad="detach")
@@ -112,19 +99,14 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
     def pot_batched():
         return ot.solve_batch(cost, fot.epsilon, a, b, max_iter=iters, tol=0, method="log_sinkhorn", grad="detach")
 
-    fns = {key: on_backend(name, lambda: fot(sim)) for key, name in backends.items()}
-    fns.update({"solver_ms": on_backend("auto", solver), "solver_eager_ms": on_backend("eager", solver),
-                "pot_batch_ms": pot_batched})
+    fns = {"module_eager_ms": lambda: fot(sim), "module_compiled_ms": lambda: compiled(sim), "solver_ms": solver,
+           "pot_batch_ms": pot_batched}
     if loop:  # the log scheme too (the scheme of unnormalised scores beyond the scaling bound)
         log_fot = FlexibleOT.from_preset("release", dataset="tvr", method="log", n_iters=iters)
-        fns.update({"log_auto_ms": on_backend("auto", lambda: log_fot(sim)),
-                    "log_compiled_ms": on_backend("compiled", lambda: log_fot(sim)),
-                    "log_eager_ms": on_backend("eager", lambda: log_fot(sim))})
+        fns["log_eager_ms"] = lambda: log_fot(sim)
     row.update(interleaved_medians_ms({key: synchronized(fn, device) for key, fn in fns.items()}, repeats))
-    eager = on_backend("eager", solver)()
-    row["max_diff"] = float((on_backend("auto", solver)() - pot_batched().plan).abs().max())
-    for name in backends.values():
-        row[f"max_diff_{name}"] = float((on_backend(name, solver)() - eager).abs().max())
+    row["max_diff"] = float((solver() - pot_batched().plan).abs().max())
+    row["max_diff_compiled"] = float((compiled(sim).plan - fot(sim).plan).abs().max())
     if loop:
 
         def pot_loop():
@@ -139,51 +121,6 @@ def run_size(batch: int, queries: int, clips: int, iters: int, repeats: int, loo
     return row
 
 
-def warm_up(device: str) -> None:
-    """Build the kernel and compile the loop before timing anything; print how long each took."""
-    if device == "cpu":
-        start = time.perf_counter()
-        kernel_function()
-        print(f"kernel: {kernel_status()['state']} ({time.perf_counter() - start:.2f} s to build or load it)")
-    fot, sim, *_ = make_problem(8, 5, 32, device=device)
-    start = time.perf_counter()
-    on_backend("compiled", lambda: fot(sim))()
-    print(f"compiled loop: {time.perf_counter() - start:.2f} s to compile it (or load it from the compiler's cache)")
-
-
-def dynamic_vs_static(batch: int, queries: int, clips: int, iters: int, repeats: int, device: str) -> None:
-    """The compiled scaling steps with dynamic sizes (the library's choice: one graph for every caption count)
-    against steps compiled for this exact size (what padding to a fixed set of sizes would give per bucket):
-    first-call time (compilation, or loading from the compiler's cache) and run time of ``iters`` iterations."""
-    from evidential_prvr.functional import _sinkhorn_loops
-
-    _, _, scores, a, b = make_problem(batch, queries, clips, device=device)
-    gibbs = torch.exp(scores / 0.1 - 10.0).permute(1, 2, 0).contiguous()
-    a_col, b_row = a.t().unsqueeze(1).contiguous(), b.t().unsqueeze(0).contiguous()
-    fns, first = {}, {}
-    for name, dynamic in (("dynamic", True), ("static", False)):
-        torch._dynamo.reset()
-        options = _sinkhorn_loops.compile_options(torch.device(device))
-        compiled = torch.compile(_sinkhorn_loops._scaling_steps, dynamic=dynamic, options=options)
-
-        def run(compiled=compiled):
-            v = torch.ones_like(b_row)
-            for _ in range(iters // _sinkhorn_loops._CHUNK):
-                _, v = compiled(gibbs, a_col, b_row, v, _sinkhorn_loops._CHUNK)
-            return v
-
-        start = time.perf_counter()
-        run()
-        first[name] = time.perf_counter() - start
-        fns[name] = synchronized(run, device)
-    times = interleaved_medians_ms(fns, repeats)
-    print(f"\ncompiled scaling steps, dynamic sizes vs this size only (B={batch}, {queries}+1 x {clips}, {iters} "
-          "iterations):")
-    for name in fns:
-        print(f"  {name:>8}: first call {first[name]:6.2f} s, then {times[name]:7.3f} ms")
-    print(f"  static / dynamic run time: {times['static'] / times['dynamic']:.3f}x")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=128, help="videos per batch (default 128)")
@@ -195,60 +132,47 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few repetitions, small scaling sweep")
     parser.add_argument("--no-scaling", action="store_true", help="only the main size")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu; e.g. cuda)")
-    parser.add_argument("--dynamic-vs-static", action="store_true",
-                        help="also time the compiled solve with dynamic sizes against one compiled for the main size")
     args = parser.parse_args()
     set_threads(args.threads)
     repeats = 7 if args.quick else args.repeats
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average (1 min) at start: {load:.2f} on {os.cpu_count()} CPUs")
-    warm_up(args.device)
 
     main_row = run_size(args.batch, args.queries, args.clips, args.iters, repeats, loop=True, device=args.device)
     where = f"{torch.get_num_threads()} CPU threads" if args.device == "cpu" else torch.cuda.get_device_name(0)
+    print(f"torch.compile: {main_row['compile_s']:.2f} s for the compiled module's first call "
+          "(compiling, or loading from the compiler's cache)")
     print(f"FlexibleOT, B={args.batch}, {args.queries} queries + dustbin x {args.clips} clips, "
           f"{args.iters} iterations, float32, {where}, path={main_row['path']}, "
           f"medians of {repeats} interleaved rounds")
     pot = main_row["pot_batch_ms"]
-    labels = {"module_ms": "FlexibleOT module (default backend):", "module_kernel_ms": "FlexibleOT module, kernel:",
-              "module_compiled_ms": "FlexibleOT module, compiled loop:", "module_eager_ms": "FlexibleOT module, eager loop:"}
+    labels = {"module_eager_ms": "FlexibleOT module, eager:", "module_compiled_ms": "FlexibleOT module, torch.compile:",
+              "solver_ms": "library solver (same problem):"}
     for key, label in labels.items():
-        if key in main_row:
-            print(f"  {label:<38}{main_row[key]:8.2f} ms  {main_row[key] / pot:6.3f}x POT batched")
-    print(f"  {'library solver (same problem):':<38}{main_row['solver_ms']:8.2f} ms  {main_row['solver_ms'] / pot:6.3f}x")
-    print(f"  {'library solver, eager loop:':<38}{main_row['solver_eager_ms']:8.2f} ms  "
-          f"{main_row['solver_eager_ms'] / pot:6.3f}x")
+        print(f"  {label:<38}{main_row[key]:8.2f} ms  {main_row[key] / pot:6.3f}x POT batched")
     print(f"  {'POT ot.solve_batch (log_sinkhorn):':<38}{pot:8.2f} ms")
-    print(f"  {'POT loop of ot.sinkhorn:':<38}{main_row['pot_loop_ms']:8.2f} ms")
-    print(f"  {'module, log scheme, default backend:':<38}{main_row['log_auto_ms']:8.2f} ms")
-    print(f"  {'module, log scheme, compiled loop:':<38}{main_row['log_compiled_ms']:8.2f} ms")
-    print(f"  {'module, log scheme, eager loop:':<38}{main_row['log_eager_ms']:8.2f} ms  "
-          f"compiled / eager {main_row['log_compiled_ms'] / main_row['log_eager_ms']:.3f}x")
-    print(f"  {'module compiled / module eager:':<38}{main_row['module_compiled_ms'] / main_row['module_eager_ms']:8.3f}x")
-    if "module_kernel_ms" in main_row:
-        print(f"  {'module kernel / module compiled:':<38}"
-              f"{main_row['module_kernel_ms'] / main_row['module_compiled_ms']:8.3f}x")
-    print(f"  {'POT loop / module (speed-up):':<38}{main_row['pot_loop_ms'] / main_row['module_ms']:8.1f}x")
+    print(f"  {'POT loop of ot.sinkhorn:':<38}{main_row['pot_loop_ms']:8.2f} ms  "
+          f"{main_row['pot_loop_ms'] / pot:6.3f}x POT batched")
+    print(f"  {'module, log scheme, eager:':<38}{main_row['log_eager_ms']:8.2f} ms  "
+          f"{main_row['log_eager_ms'] / pot:6.3f}x POT batched")
+    print(f"  {'module torch.compile / module eager:':<38}"
+          f"{main_row['module_compiled_ms'] / main_row['module_eager_ms']:8.3f}x")
+    print(f"  {'POT loop / module eager (speed-up):':<38}{main_row['pot_loop_ms'] / main_row['module_eager_ms']:8.1f}x")
     print(f"  {'max |plan - POT batched plan|:':<38}{main_row['max_diff']:.2e}")
-    for name in ("kernel", "compiled"):
-        if f"max_diff_{name}" in main_row:
-            print(f"  {f'max |{name} plan - eager plan|:':<38}{main_row[f'max_diff_{name}']:.2e}")
-    if args.dynamic_vs_static:
-        dynamic_vs_static(args.batch, args.queries, args.clips, args.iters, max(repeats, 15), args.device)
+    print(f"  {'max |compiled plan - eager plan|:':<38}{main_row['max_diff_compiled']:.2e}")
     if args.no_scaling:
         return
     sizes_b = [128, 512] if args.quick else [128, 256, 512, 1024, 2048, 4096]
     sizes_c = [32, 64] if args.quick else [32, 64, 128, 256]
-    print("\nscaling (module per backend vs POT batched, ms):")
-    print(f"{'B':>6} {'Mc':>5} {'path':>7} {'default':>8} {'kernel':>8} {'compiled':>9} {'eager':>8} {'POT':>8} "
-          f"{'default/POT':>12} {'compiled/POT':>13} {'eager/POT':>10} {'max diff':>9}")
+    print("\nscaling (module eager and compiled vs POT batched, ms; compile: first call in s):")
+    print(f"{'B':>6} {'Mc':>5} {'path':>7} {'eager':>8} {'compiled':>9} {'POT':>8} {'eager/POT':>10} "
+          f"{'compiled/POT':>13} {'compile':>8} {'max diff':>9}")
     for batch, clips in [(b, args.clips) for b in sizes_b] + [(args.batch, c) for c in sizes_c[1:]]:
         row = run_size(batch, args.queries, clips, args.iters, max(3, repeats // 2), loop=False, device=args.device)
         pot = row["pot_batch_ms"]
-        print(f"{row['B']:>6} {row['Mc']:>5} {row['path']:>7} {row['module_ms']:>8.2f} "
-              f"{row.get('module_kernel_ms', float('nan')):>8.2f} {row['module_compiled_ms']:>9.2f} "
-              f"{row['module_eager_ms']:>8.2f} {pot:>8.2f} {row['module_ms'] / pot:>12.3f} "
-              f"{row['module_compiled_ms'] / pot:>13.3f} {row['module_eager_ms'] / pot:>10.3f} {row['max_diff']:>9.1e}")
+        print(f"{row['B']:>6} {row['Mc']:>5} {row['path']:>7} {row['module_eager_ms']:>8.2f} "
+              f"{row['module_compiled_ms']:>9.2f} {pot:>8.2f} {row['module_eager_ms'] / pot:>10.3f} "
+              f"{row['module_compiled_ms'] / pot:>13.3f} {row['compile_s']:>8.2f} {row['max_diff']:>9.1e}")
 
 
 if __name__ == "__main__":

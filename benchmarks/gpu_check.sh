@@ -9,10 +9,8 @@
 #    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl pot), else those two
 #    files are skipped and the script says so.
-# 2. FlexibleOT on CUDA (benchmarks/flexible_ot.py --device cuda --quick --no-scaling --dynamic-vs-static): the
-#    module on the loop compiled by torch.compile (Triton), on the eager loop (today's CUDA default) and POT's
-#    ot.solve_batch in one run, and the compiled solve with dynamic sizes against one compiled for a single size.
-#    Where the compiled loop is faster, the "auto" Sinkhorn backend can take it on CUDA too (docs/guide/flexible_ot.rst).
+# 2. FlexibleOT on CUDA (benchmarks/flexible_ot.py --device cuda --quick --no-scaling): the module eager, the
+#    module under torch.compile (Triton) and POT's ot.solve_batch in one run (docs/guide/flexible_ot.rst).
 # 3. Two epochs of `--config tvr` (the release's architecture and optimiser, 128 videos per batch) on the
 #    release-sized synthetic set of benchmarks/release_fidelity.py (600 training videos x 4 captions,
 #    3072-d frames, 768-d tokens), once with --amp (float16 autocast + gradient scaling) and once without;
@@ -44,9 +42,9 @@ if ! "$PY" -c "import ot" 2>/dev/null; then
 fi
 "$PY" -m pytest -q -x -p no:cacheprovider "${ignore[@]}"
 
-echo "== FlexibleOT on CUDA: compiled loop (Triton) / eager loop / POT =="
+echo "== FlexibleOT on CUDA: eager module / torch.compile (Triton) / POT =="
 if "$PY" -c "import ot" 2>/dev/null; then
-  "$PY" benchmarks/flexible_ot.py --device cuda --quick --no-scaling --dynamic-vs-static
+  "$PY" benchmarks/flexible_ot.py --device cuda --quick --no-scaling
 else
   echo "pot is not installed: skipping the FlexibleOT benchmark"
 fi

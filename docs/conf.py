@@ -31,6 +31,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 served from _static/mathjax: the math renders without a CDN
     "sphinx.ext.viewcode",
     "sphinx.ext.intersphinx",
     "sphinx_gallery.gen_gallery",
@@ -87,8 +88,10 @@ sphinx_gallery_conf = {
 exclude_patterns = ["_build", "_intersphinx", "_ext", "auto_examples/*.ipynb", "auto_examples/*.py",
                     "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.codeobj.json"]
 templates_path = []
-html_theme = "alabaster"
+# furo (as kornia's docs use): a wide content column, code blocks that scroll instead of being cut, a dark mode.
+html_theme = "furo"
 html_static_path = []
+html_title = f"evidential-prvr {release}"
 
 
 # --- reference resolution helpers ---------------------------------------------------------------------------

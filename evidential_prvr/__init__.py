@@ -12,7 +12,6 @@ exact search, FAISS candidates).
 from evidential_prvr import distributed, functional, metrics, presets, probabilistic, search, uncertainty
 from evidential_prvr._checks import default_validate_args, set_default_validate_args
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr.functional._sinkhorn_loops import set_sinkhorn_backend, sinkhorn_backend
 from evidential_prvr.functional._scores import max_similarity
 
 # Results of the functional layer
@@ -52,9 +51,6 @@ __all__ = [
     # validation switch
     "set_default_validate_args",
     "default_validate_args",
-    # where the Sinkhorn loop runs
-    "set_sinkhorn_backend",
-    "sinkhorn_backend",
     # the base of every module with presets
     "PresetModule",
     # scores (Holmes Eq. 1)

@@ -10,36 +10,34 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
-from evidential_prvr._docs import VALUE_CHECKS, insert_docs
-from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._module_bases import LossOptions, _ReducedLoss, _SettingsLoss
-from evidential_prvr._overrides import (
-    module_from_settings,
-    settings_constructor,
-    settings_fields,
-    settings_of,
-    settings_properties,
+from evidential_prvr._module_bases import PresetModule
+from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
+from evidential_prvr.choices import (
+    NCE_VIDEO_TO_TEXT,
+    REDUCTIONS,
+    DatasetName,
+    NCEVideoToText,
+    Preset,
+    Reduction,
+    VideoNegative,
 )
-from evidential_prvr.choices import NCE_VIDEO_TO_TEXT, DatasetName, NCEVideoToText, Preset, Reduction, VideoNegative
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
-    BASE_LOSS_PARAMETERS,
     BaseLossSettings,
     BaseRetrievalLossDetails,
     BaseRetrievalSettings,
+    _base_retrieval_loss,
     check_diversity_settings,
     check_triplet_settings,
     info_nce_loss,
     query_diversity_loss,
-    run_base_retrieval_loss,
     triplet_ranking_loss,
 )
 from evidential_prvr.presets import module_settings
@@ -51,8 +49,7 @@ def _base_section(cls: type, preset: Preset, dataset: DatasetName | None) -> Bas
     return section
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
-class TripletRankingLoss(_ReducedLoss):
+class TripletRankingLoss(PresetModule):
     """Bidirectional in-batch triplet ranking loss (Holmes App. B.1); ``forward`` is one call of
     :func:`~evidential_prvr.functional.triplet_ranking_loss`.
 
@@ -72,7 +69,8 @@ class TripletRankingLoss(_ReducedLoss):
         Video→text negative with hard negatives on: the hardest (release) or one drawn from the pool.
     reduction : {"mean", "sum", "none"}
         Over the queries.
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its rows ``[Q_r, V_global]``;
         the negatives are those of the global batch, drawn as one process draws them.
@@ -99,12 +97,16 @@ class TripletRankingLoss(_ReducedLoss):
         validate_args: bool | None = None,
         distributed: bool = False,
     ) -> None:
+        super().__init__()
         check_triplet_settings(margin, hard_negative_topk, video_negative)
-        super().__init__(reduction, validate_args, distributed)
+        check_choice(reduction, "reduction", REDUCTIONS)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
         self.video_negative = video_negative
+        self.reduction = reduction
+        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
@@ -132,8 +134,7 @@ class TripletRankingLoss(_ReducedLoss):
         )
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
-class InfoNCELoss(_ReducedLoss):
+class InfoNCELoss(PresetModule):
     """Bidirectional InfoNCE over unnormalised scores (Holmes App. B.1); ``forward`` is one call of
     :func:`~evidential_prvr.functional.info_nce_loss`. :meth:`from_preset` takes the preset's video→text form.
 
@@ -144,7 +145,8 @@ class InfoNCELoss(_ReducedLoss):
         per positive pair); see :func:`~evidential_prvr.functional.info_nce_loss`.
     reduction : {"mean", "sum", "none"}
         Over the queries.
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its rows ``[Q_r, V_global]``.
 
@@ -163,9 +165,13 @@ class InfoNCELoss(_ReducedLoss):
 
     def __init__(self, video_to_text: NCEVideoToText = "release", reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
+        super().__init__()
         check_choice(video_to_text, "video_to_text", NCE_VIDEO_TO_TEXT)
-        super().__init__(reduction, validate_args, distributed)
+        check_choice(reduction, "reduction", REDUCTIONS)
         self.video_to_text = video_to_text
+        self.reduction = reduction
+        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
@@ -183,8 +189,7 @@ class InfoNCELoss(_ReducedLoss):
         return f"video_to_text={self.video_to_text!r}"
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
-class QueryDiversityLoss(_ReducedLoss):
+class QueryDiversityLoss(PresetModule):
     """Query-diversity loss over the queries of the same video (Holmes Eq. 23); ``forward`` is one call of
     :func:`~evidential_prvr.functional.query_diversity_loss`. :meth:`from_preset` takes α, δ and λ of the
     preset's L_base (the release's ``neg_factor``).
@@ -195,7 +200,8 @@ class QueryDiversityLoss(_ReducedLoss):
         Scale :math:`\\alpha > 0`, margin :math:`\\delta` and focal exponent :math:`\\lambda \\ge 0` of Eq. 23.
     reduction : {"mean", "sum", "none"}
         Over the queries.
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its own queries (a video's
         captions on one rank); the terms stay local and the reduction is over the global batch.
@@ -215,9 +221,13 @@ class QueryDiversityLoss(_ReducedLoss):
 
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
+        super().__init__()
         check_diversity_settings(alpha, delta, lam)
-        super().__init__(reduction, validate_args, distributed)
+        check_choice(reduction, "reduction", REDUCTIONS)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
+        self.reduction = reduction
+        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
@@ -241,18 +251,25 @@ class QueryDiversityLoss(_ReducedLoss):
         return f"alpha={self.alpha}, delta={self.delta}, lam={self.lam}"
 
 
-@settings_properties(BaseRetrievalSettings)
-@insert_docs(base=BASE_LOSS_PARAMETERS, value_checks=VALUE_CHECKS)
-class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
-    r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` is one call of
-    :func:`~evidential_prvr.functional.base_retrieval_loss`.
+class BaseRetrievalLoss(PresetModule):
+    r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` computes what
+    :func:`~evidential_prvr.functional.base_retrieval_loss` computes.
 
     The hyperparameters are keyword-only, the fields of its :meth:`settings`, also readable and
-    assignable as attributes.
+    assignable as attributes (a value assigned later is checked when the module next runs, or by
+    :meth:`settings`).
 
     Parameters
     ----------
-    {base}
+    margin : float
+        Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+    video_negative : {"hardest", "pool"}
+        Video→text hard-negative rule once hard negatives are on, see
+        :func:`~evidential_prvr.functional.triplet_ranking_loss`.
+    nce_video_to_text : {"release", "paper"}
+        Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
+    div_alpha, div_delta, div_lambda : float
+        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
     frame_nce_weight, clip_nce_weight, div_weight : float
         :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0).
     hard_negative_topk : int
@@ -261,7 +278,8 @@ class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
         Start with hard negatives on (the release switches them on at epoch 20).
     reduction : {"mean", "sum", "none"}
         Applied to every term.
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores against
         every video of the global batch ``[Q_r, V_global]`` and global video indices; the triplet and
@@ -280,29 +298,44 @@ class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
 
-    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of BaseRetrievalSettings)
-        margin: float
-        div_delta: float
-        hard_negative_topk: int
-        video_negative: VideoNegative
-        nce_video_to_text: NCEVideoToText
-        div_alpha: float
-        div_lambda: float
-        frame_nce_weight: float
-        clip_nce_weight: float
-        div_weight: float
-
-    @dataclass(frozen=True, kw_only=True)
-    class _Arguments(LossOptions, BaseRetrievalSettings):
-        """The constructor's arguments: the L_base settings, ``use_hard_negatives`` and the
-        loss options."""
-
-        use_hard_negatives: bool = False
-
-    @settings_constructor(_Arguments)
-    def __init__(self, arguments: _Arguments) -> None:
-        super().__init__(settings_of(arguments, BaseRetrievalSettings), arguments)
-        self.use_hard_negatives = bool(arguments.use_hard_negatives)
+    def __init__(
+        self,
+        *,
+        margin: float = 0.2,
+        frame_nce_weight: float = 0.04,
+        clip_nce_weight: float = 0.02,
+        div_weight: float = 0.003,
+        div_alpha: float = 32.0,
+        div_delta: float = 0.2,
+        div_lambda: float = 1.0,
+        video_negative: VideoNegative = "hardest",
+        nce_video_to_text: NCEVideoToText = "release",
+        hard_negative_topk: int = 20,
+        use_hard_negatives: bool = False,
+        reduction: Reduction = "mean",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+    ) -> None:
+        super().__init__()
+        settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight,
+                                         clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
+                                         div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
+                                         nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
+        check_choice(reduction, "reduction", REDUCTIONS)
+        self.margin = settings.margin
+        self.frame_nce_weight = settings.frame_nce_weight
+        self.clip_nce_weight = settings.clip_nce_weight
+        self.div_weight = settings.div_weight
+        self.div_alpha = settings.div_alpha
+        self.div_delta = settings.div_delta
+        self.div_lambda = settings.div_lambda
+        self.video_negative = settings.video_negative
+        self.nce_video_to_text = settings.nce_video_to_text
+        self.hard_negative_topk = settings.hard_negative_topk
+        self.use_hard_negatives = bool(use_hard_negatives)
+        self.reduction = reduction
+        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,
@@ -310,8 +343,13 @@ class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
                       distributed: bool = False) -> BaseRetrievalLoss:
         """The loss of a ``BaseRetrievalSettings`` (e.g. ``BaseRetrievalSettings.from_sections`` of a
         registry entry)."""
-        return module_from_settings(cls, BaseRetrievalSettings, settings, use_hard_negatives=use_hard_negatives,
-                                    reduction=reduction, validate_args=validate_args, distributed=distributed)
+        check_settings(settings, BaseRetrievalSettings)
+        return cls(margin=settings.margin, frame_nce_weight=settings.frame_nce_weight,
+                   clip_nce_weight=settings.clip_nce_weight, div_weight=settings.div_weight,
+                   div_alpha=settings.div_alpha, div_delta=settings.div_delta, div_lambda=settings.div_lambda,
+                   video_negative=settings.video_negative, nce_video_to_text=settings.nce_video_to_text,
+                   hard_negative_topk=settings.hard_negative_topk, use_hard_negatives=use_hard_negatives,
+                   reduction=reduction, validate_args=validate_args, distributed=distributed)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
@@ -320,12 +358,21 @@ class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
         return settings_fields(BaseRetrievalSettings.from_sections(sections.require("base", owner),
                                                                    sections.require("weights", owner)))
 
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, use_hard_negatives={self.use_hard_negatives}"
+    def settings(self) -> BaseRetrievalSettings:
+        """The loss's settings, built from its attributes and checked (frozen; :func:`dataclasses.replace`
+        makes a changed copy, which :meth:`from_settings` turns into a module)."""
+        return BaseRetrievalSettings(margin=self.margin, frame_nce_weight=self.frame_nce_weight,
+                                     clip_nce_weight=self.clip_nce_weight, div_weight=self.div_weight,
+                                     div_alpha=self.div_alpha, div_delta=self.div_delta, div_lambda=self.div_lambda,
+                                     video_negative=self.video_negative, nce_video_to_text=self.nce_video_to_text,
+                                     hard_negative_topk=self.hard_negative_topk)
 
-    def _loss(
+    def extra_repr(self) -> str:
+        return (f"{settings_repr(self.settings())}, reduction={self.reduction!r}, "
+                f"use_hard_negatives={self.use_hard_negatives}")
+
+    def forward(
         self,
-        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_emb: torch.Tensor,
@@ -335,33 +382,46 @@ class BaseRetrievalLoss(_SettingsLoss[BaseRetrievalSettings]):
         clip_logits: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
         hard_negatives: bool | None = None,
-    ) -> torch.Tensor | BaseRetrievalLossDetails:
+    ) -> torch.Tensor:
+        """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings
+        ``[Q, d]`` and the positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given.
+        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
+        :class:`~evidential_prvr.HolmesCriterion` applies its schedule); ``generator`` draws the triplet
+        negatives."""
+        return self.details(frame_sim, clip_sim, query_emb, query_video, frame_logits=frame_logits,
+                            clip_logits=clip_logits, generator=generator, hard_negatives=hard_negatives).loss
+
+    def details(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_emb: torch.Tensor,
+        query_video: torch.Tensor,
+        *,
+        frame_logits: torch.Tensor | None = None,
+        clip_logits: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        hard_negatives: bool | None = None,
+    ) -> BaseRetrievalLossDetails:
+        """The arguments of :meth:`forward`; returns every term
+        (:class:`~evidential_prvr.BaseRetrievalLossDetails`, whose ``loss`` is what :meth:`forward` returns).
+        Called directly, it does not run the module's hooks."""
+        settings = self.settings()
         hard = self.use_hard_negatives if hard_negatives is None else bool(hard_negatives)
         diversity = None
         with shared_gathers():
             if self.distributed and is_distributed():
                 # L_div pairs the captions of one video: computed on this rank's queries, lifted to the global batch
-                s = self._settings
-                diversity = lift_rows(query_diversity_loss(query_emb, query_video, s.div_alpha, s.div_delta,
-                                                           s.div_lambda, reduction="none",
+                diversity = lift_rows(query_diversity_loss(query_emb, query_video, settings.div_alpha,
+                                                           settings.div_delta, settings.div_lambda, reduction="none",
                                                            validate_args=self.validate_args), "queries")
             frame_sim, clip_sim, query_video = batch_rows(
                 self.distributed, type(self).__name__, frame_sim, clip_sim, query_video)
             frame_logits, clip_logits = batch_rows(self.distributed, type(self).__name__, frame_logits, clip_logits)
-            return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, self._settings,
-                                           hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
-                                           generator=generator, reduction=self.reduction,
-                                           details=details, validate_args=self.validate_args,
-                                           diversity=diversity)
-
-    forward = loss_method(_loss, """L_base of the frame and clip cosine scores ``[Q, V]``, the query embeddings
-        ``[Q, d]`` and the positives; InfoNCE uses ``frame_logits`` / ``clip_logits`` when given.
-        ``hard_negatives``, when given, replaces ``use_hard_negatives`` for this call (how
-        :class:`~evidential_prvr.HolmesCriterion` applies its schedule); ``generator`` draws the triplet
-        negatives.""")
-    details = details_method(_loss, BaseRetrievalLossDetails, """The arguments of :meth:`forward`; returns every
-        term (:class:`~evidential_prvr.BaseRetrievalLossDetails`, whose ``loss`` is what :meth:`forward` returns).
-        Called directly, it does not run the module's hooks.""")
+            return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings=settings,
+                                        hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
+                                        generator=generator, reduction=self.reduction,
+                                        validate_args=self.validate_args, diversity=diversity)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

@@ -12,7 +12,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -25,7 +25,7 @@ from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
-from evidential_prvr._overrides import reject_unknown, resolve_overrides
+from evidential_prvr._module_bases import PresetModule
 from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
@@ -35,30 +35,12 @@ from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetail
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.presets import module_settings
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
 _LOG = logging.getLogger("evidential_prvr")
 SCHEDULE_SWITCHES = ("warmup_stage_epochs", "hard_negative_epoch")
-"""The two schedule switches of :class:`HolmesCriterion` (``from_preset(schedule={...})`` takes them)."""
+"""The two schedule switches of :class:`HolmesCriterion` (``from_preset(..., total_epochs=n)`` maps the preset's
+onto ``n`` epochs)."""
 
-__all__ = ["HolmesCriterion", "HolmesCriterionOverrides", "HolmesLossDetails", "scaled_switch_epoch"]
-
-
-class HolmesCriterionOverrides(TypedDict, total=False):
-    """The keyword overrides of :meth:`HolmesCriterion.from_preset` (each optional): the three parts (modules,
-    or ``None`` to drop a term), the loss weights, the schedule switches, ``validate_args`` and ``distributed``."""
-
-    base: BaseRetrievalLoss
-    inter: EvidentialRetrievalLoss | None
-    intra: IntraVideoEvidentialLoss | None
-    inter_weight: float
-    intra_weight: float
-    warmup_stage_epochs: int
-    hard_negative_epoch: int
-    validate_args: bool | None
-    distributed: bool
-    threshold_decay: float | None
+__all__ = ["HolmesCriterion", "HolmesLossDetails", "scaled_switch_epoch"]
 
 
 @dataclass
@@ -187,7 +169,7 @@ _PARTS: dict[str, type] = {"base": BaseRetrievalLoss, "inter": EvidentialRetriev
                            "intra": IntraVideoEvidentialLoss}
 
 
-class HolmesCriterion(nn.Module):
+class HolmesCriterion(PresetModule):
     """The Holmes training objective with its schedule (Holmes Eq. 21, §3.4).
 
     .. math::
@@ -205,14 +187,27 @@ class HolmesCriterion(nn.Module):
     **Schedule.** Call :meth:`set_epoch` (0-based) before each epoch. In the first
     ``warmup_stage_epochs`` epochs L_inter runs without label calibration and L_intra is off; from
     then on both are on (Holmes §3.4). Hard triplet negatives start at ``hard_negative_epoch``. The
-    release switches both at epoch 20 of 100, for every data set; ``from_preset(..., schedule=...)``
-    maps them onto a shorter run. Each change of stage or of the negatives is logged at INFO on the
+    release switches both at epoch 20 of 100, for every data set; ``from_preset(..., total_epochs=n)``
+    maps them onto a run of ``n`` epochs. Each change of stage or of the negatives is logged at INFO on the
     logger ``"evidential_prvr"`` (once per change), and ``details.stage`` says the stage of a batch.
+
+    **Presets.** :meth:`from_preset` builds the whole objective of ``"release"`` or ``"paper"`` (the paper
+    takes its loss weights and schedule from the release; :func:`evidential_prvr.presets.holmes_settings`,
+    ``dataset=None``: TVR's; for a data set of one's own, ``None`` or
+    ``evidential_prvr.presets.closest_dataset(captions_per_video)``): the three losses' ``from_preset`` of that
+    preset (each built with the call's ``validate_args`` and ``distributed``), the preset's loss weights and
+    its switches. Each constructor argument of the call replaces the preset's: ``base``, ``inter``, ``intra``
+    (modules, or ``None`` to drop ``inter`` or ``intra``), the weights, ``warmup_stage_epochs`` and
+    ``hard_negative_epoch``. ``total_epochs=n`` (the caller's number of epochs) maps both switches of the
+    preset (20 of 100 epochs in the release) onto ``n`` in proportion (``switch * n / preset_epochs`` to the
+    nearest epoch, halves up, at least 1; 20 of 100 becomes 1 of 6, 6 of 30, 10 of 50), unless the call sets
+    a switch itself, and a switch that still lies beyond ``n`` warns.
 
     Parameters
     ----------
-    base : BaseRetrievalLoss
-        L_base (triplet, InfoNCE and query-diversity terms with their weights).
+    base : BaseRetrievalLoss, optional
+        L_base (triplet, InfoNCE and query-diversity terms with their weights); ``None``:
+        ``BaseRetrievalLoss()`` with this criterion's ``validate_args`` and ``distributed``.
     inter : EvidentialRetrievalLoss, optional
         L_inter; its ``calibrate`` says whether the second stage calibrates (``False``: Table 3 row 8).
         ``None``: no inter-video term.
@@ -226,7 +221,11 @@ class HolmesCriterion(nn.Module):
         First epoch with hard triplet negatives (a codebase's ``hard_negative_start_epoch``).
     total_epochs : int, optional
         The caller's number of epochs, when known: a switch at or beyond it warns once (that part of
-        Holmes would never run).
+        Holmes would never run). In :meth:`from_preset` it also maps the preset's switches onto the run.
+    validate_args : bool, optional
+        Check the inputs for non-finite values (host synchronisations) in the parts this class builds: the
+        default ``base`` and :meth:`from_preset`'s three losses; ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Parts passed in keep their own.
     distributed : bool
         Multi-process training under ``DistributedDataParallel`` (:doc:`/guide/distributed`): each rank
         passes its queries' scores against every video of the global batch ``[Q_r, V_global]``, global
@@ -255,6 +254,9 @@ class HolmesCriterion(nn.Module):
     ...                             clip_emb=torch.randn(v, mc, d))
     >>> details.stage, sorted(details.base_details.__dict__)[:2]
     (2, ['clip_nce', 'clip_triplet'])
+    >>> short = HolmesCriterion.from_preset("release", "tvr", total_epochs=30)  # a 30-epoch run
+    >>> short.warmup_stage_epochs, short.hard_negative_epoch
+    (6, 6)
 
     References
     ----------
@@ -263,7 +265,7 @@ class HolmesCriterion(nn.Module):
 
     def __init__(
         self,
-        base: BaseRetrievalLoss,
+        base: BaseRetrievalLoss | None = None,
         inter: EvidentialRetrievalLoss | None = None,
         intra: IntraVideoEvidentialLoss | None = None,
         *,
@@ -272,10 +274,13 @@ class HolmesCriterion(nn.Module):
         warmup_stage_epochs: int = 20,
         hard_negative_epoch: int = 20,
         total_epochs: int | None = None,
+        validate_args: bool | None = None,
         distributed: bool = False,
         threshold_decay: float | None = None,
     ) -> None:
         super().__init__()
+        if base is None:
+            base = BaseRetrievalLoss(validate_args=validate_args, distributed=distributed)
         for name, module, optional in (("base", base, False), ("inter", inter, True), ("intra", intra, True)):
             if module is None and optional:
                 continue
@@ -305,6 +310,7 @@ class HolmesCriterion(nn.Module):
         self.warmup_stage_epochs = warmup_stage_epochs
         self.hard_negative_epoch = hard_negative_epoch
         self.total_epochs = total_epochs
+        self.validate_args = validate_args
         self.distributed = bool(distributed)
         if threshold_decay is not None and not isinstance(inter, EvidentialRetrievalLoss):
             raise ValueError(f"threshold_decay={threshold_decay} smooths the thresholds of L_inter's identification, so "
@@ -323,73 +329,42 @@ class HolmesCriterion(nn.Module):
         if late:
             warnings.warn(
                 f"HolmesCriterion: {' and '.join(late)}, beyond a schedule of {total_epochs} epochs, so it never "
-                f"runs; pass schedule={total_epochs} to from_preset (the preset's switches scaled to your run) or "
-                f"set warmup_stage_epochs= / hard_negative_epoch=", UserWarning, stacklevel=3)
+                f"runs; build it with from_preset(..., total_epochs={total_epochs}) (the preset's switches scaled "
+                f"to your run) or set warmup_stage_epochs= / hard_negative_epoch=", UserWarning, stacklevel=3)
 
     @classmethod
-    def from_preset(
-        cls,
-        preset: Preset,
-        dataset: DatasetName | None = None,
-        *,
-        schedule: int | Mapping[str, int] | None = None,
-        **overrides: Unpack[HolmesCriterionOverrides],
-    ) -> HolmesCriterion:
-        """The whole objective of a preset: ``"release"`` or ``"paper"`` (the paper takes its loss weights
-        and schedule from the release).
+    def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
+        return cls._preset_arguments_given(preset, dataset, {})
 
-        Parameters
-        ----------
-        preset : {"release", "paper"}
-            Which constants (see :func:`evidential_prvr.presets.holmes_settings`).
-        dataset : {"tvr", "activitynet", "charades", "act", "cha"}, optional
-            ``None`` takes the TVR settings; for a data set of one's own, pass ``None`` or
-            ``evidential_prvr.presets.closest_dataset(captions_per_video)``.
-        schedule : int or dict, optional
-            An ``int``: the caller's number of epochs; both switches of the preset (20 of 100 epochs in
-            the release) are mapped onto it in proportion (``switch * schedule / preset_epochs`` to the
-            nearest epoch, halves up, at least 1; 20 of 100 becomes 1 of 6, 6 of 30, 10 of 50), and a switch that still lies beyond it warns. A mapping
-            ``{"warmup_stage_epochs": a, "hard_negative_epoch": b}`` (either key) sets the switches.
-            ``None``: the preset's own.
-        overrides
-            ``base``, ``inter``, ``intra`` (modules, or ``None`` to drop a term), ``inter_weight``,
-            ``intra_weight``, ``warmup_stage_epochs``, ``hard_negative_epoch``, ``validate_args``
-            and ``distributed`` (applied to the criterion and its three default losses), and
-            ``threshold_decay`` (thresholds smoothed across batches; off in both presets). Anything else
-            raises ``TypeError``.
-        """
+    @classmethod
+    def _preset_arguments_given(cls, preset: Preset, dataset: DatasetName | None,
+                                given: Mapping[str, Any]) -> dict[str, Any]:
+        """The preset's loss weights and switches (mapped onto the call's ``total_epochs`` when it gives one)
+        and the three parts the call does not give, built with the call's ``validate_args`` and
+        ``distributed``."""
         owner = f"{cls.__name__}.from_preset({preset!r})"
         sections = module_settings(preset, dataset)
-        weights, preset_schedule = sections.require("weights", owner), sections.require("schedule", owner)
-        switches = {name: getattr(preset_schedule, name) for name in SCHEDULE_SWITCHES}
-        total_epochs = None
-        if isinstance(schedule, Mapping):
-            reject_unknown(schedule, SCHEDULE_SWITCHES, f"{cls.__name__}(schedule=...)")
-            for name in SCHEDULE_SWITCHES:
-                if name in overrides and name in schedule:
-                    raise TypeError(f"{owner}: {name} is given both in schedule= and as an override; give it once")
-            switches.update(schedule)
-        elif schedule is not None:
-            total_epochs = _check_epoch_count(schedule, "schedule", 1)
-            switches = {name: scaled_switch_epoch(epoch, total_epochs, preset_schedule.epochs)
+        weights, schedule = sections.require("weights", owner), sections.require("schedule", owner)
+        switches = {name: getattr(schedule, name) for name in SCHEDULE_SWITCHES}
+        total_epochs = given.get("total_epochs")
+        if total_epochs is not None:
+            _check_epoch_count(total_epochs, "total_epochs", 1)
+            switches = {name: scaled_switch_epoch(epoch, total_epochs, schedule.epochs)
                         for name, epoch in switches.items()}
-        values, parts = resolve_overrides(
-            {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches, "validate_args": None,
-             "distributed": False, "threshold_decay": None}, overrides, cls.__name__, ("base", "inter", "intra"))
-        validate, distributed = values.pop("validate_args"), bool(values.pop("distributed"))
-        if "base" not in parts:
-            parts["base"] = BaseRetrievalLoss.from_settings(
+        validate, distributed = given.get("validate_args"), bool(given.get("distributed", False))
+        arguments: dict[str, Any] = {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches}
+        if "base" not in given:
+            arguments["base"] = BaseRetrievalLoss.from_settings(
                 BaseRetrievalSettings.from_sections(sections.require("base", owner), weights),
                 validate_args=validate, distributed=distributed)
-        if "inter" not in parts:
-            parts["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
-                                                                   distributed=distributed)
-        if "intra" not in parts:
-            parts["intra"] = IntraVideoEvidentialLoss.from_settings(
+        if "inter" not in given:
+            arguments["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
+                                                                       distributed=distributed)
+        if "intra" not in given:
+            arguments["intra"] = IntraVideoEvidentialLoss.from_settings(
                 sections.intra, FlexibleOT.from_settings(sections.transport), validate_args=validate,
                 distributed=distributed)
-        return cls(parts["base"], parts["inter"], parts["intra"], **values, total_epochs=total_epochs,
-                   distributed=distributed)
+        return arguments
 
     def set_epoch(self, epoch: int) -> None:
         """Select the stage and the triplet negatives for ``epoch`` (0-based); a change is logged at INFO."""

@@ -3,46 +3,42 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, shared_gathers
-from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import details_method, loss_method
-from evidential_prvr._identification import UncertaintyGuidedIdentifier, _IdentificationAttributes
-from evidential_prvr._module_bases import LossOptions, _SettingsLoss
-from evidential_prvr._overrides import (
-    module_from_settings,
-    settings_constructor,
-    settings_fields,
-    settings_of,
-    settings_properties,
+from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._module_bases import PresetModule
+from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
+from evidential_prvr.choices import (
+    REDUCTIONS,
+    CalibrationSet,
+    DatasetName,
+    EntropyMedian,
+    Fusion,
+    InterTerm,
+    MatchRule,
+    Preset,
+    Reduction,
+    TanhScaling,
 )
-from evidential_prvr.choices import CalibrationSet, DatasetName, InterTerm, Preset, Reduction
-from evidential_prvr.functional._identification import IDENTIFICATION_PARAMETERS, BranchPair
-from evidential_prvr.functional._inter_video import (
-    CALIBRATION_PARAMETERS,
-    InterVideoLossDetails,
-    InterVideoSettings,
-    run_inter_video_loss,
-)
+from evidential_prvr.functional._identification import BranchPair
+from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, _inter_video_loss
 from evidential_prvr.presets import module_settings
 
 
-@settings_properties(InterVideoSettings)
-@insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
-class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings], _IdentificationAttributes):
+class EvidentialRetrievalLoss(PresetModule):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.inter_video_loss`, whose
-    documentation gives the equations; ``forward`` is one call of it.
+    documentation gives the equations; ``forward`` computes what it computes.
 
     The hyperparameters are keyword-only, the fields of its :meth:`settings`
     (:class:`~evidential_prvr.presets.InterVideoSettings`: the keyword arguments of
     :func:`~evidential_prvr.functional.inter_video_loss` as one object), also readable and assignable as
-    attributes.
+    attributes (a value assigned later is checked when the module next runs, or by :meth:`settings`).
 
     :meth:`from_preset`: ``"paper"``: τ = 0.1, inside scaling, candidate median, any positive at the maximum,
     β = 0.3, γ = 0.2, uncertainty-dominant fusion. ``"release"`` with ``dataset="tvr" | "activitynet" |
@@ -51,8 +47,29 @@ class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings], _Identification
 
     Parameters
     ----------
-    {identification}
-    {calibration}
+    beta : float
+        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+    tau : float
+        Evidence temperature of Eq. 3 (> 0).
+    tanh_scaling : {"inside", "outside"}
+        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
+    entropy_median : {"candidates", "batch"}
+        Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
+    matched : {"any_positive", "argmax"}
+        The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
+        (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
+    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
+    gamma : float
+        Calibration weight γ ∈ [0, 1] of Eq. 15.
+    calibrate : bool
+        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
+        identification runs only when details are asked for.
+    calibration_set : {"refined", "initial"}
+        Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
+        before the entropy refinement (Table 3 row 9).
+    terms : tuple of {"frame", "clip", "fused"}
+        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer).
     reduction : {"mean", "sum", "none"}
         Reduction of the per-query loss over the batch.
     validate_args : bool, optional
@@ -78,63 +95,116 @@ class EvidentialRetrievalLoss(_SettingsLoss[InterVideoSettings], _Identification
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
 
-    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of InterVideoSettings)
-        gamma: float
-        calibrate: bool
-        calibration_set: CalibrationSet
-        terms: tuple[InterTerm, ...]
-
-    @dataclass(frozen=True, kw_only=True)
-    class _Arguments(LossOptions, InterVideoSettings):
-        """The constructor's arguments: the L_inter settings and the loss options."""
-
-    @settings_constructor(_Arguments)
-    def __init__(self, arguments: _Arguments) -> None:
-        super().__init__(settings_of(arguments, InterVideoSettings), arguments)
+    def __init__(
+        self,
+        *,
+        beta: float = 0.3,
+        tau: float = 0.1,
+        tanh_scaling: TanhScaling = "inside",
+        entropy_median: EntropyMedian = "candidates",
+        matched: MatchRule = "any_positive",
+        fusion: Fusion = "uncertainty_dominant",
+        gamma: float = 0.2,
+        calibrate: bool = True,
+        calibration_set: CalibrationSet = "refined",
+        terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
+        reduction: Reduction = "mean",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+    ) -> None:
+        super().__init__()
+        settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                      matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
+                                      calibration_set=calibration_set, terms=terms)
+        check_choice(reduction, "reduction", REDUCTIONS)
+        self.beta = settings.beta
+        self.tau = settings.tau
+        self.tanh_scaling = settings.tanh_scaling
+        self.entropy_median = settings.entropy_median
+        self.matched = settings.matched
+        self.fusion = settings.fusion
+        self.gamma = settings.gamma
+        self.calibrate = settings.calibrate
+        self.calibration_set = settings.calibration_set
+        self.terms = settings.terms
+        self.reduction = reduction
+        self.validate_args = validate_args
+        self.distributed = bool(distributed)
 
     @classmethod
     def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",
                       validate_args: bool | None = None, distributed: bool = False) -> EvidentialRetrievalLoss:
         """The loss of an :class:`~evidential_prvr.presets.InterVideoSettings` (e.g. a registry section)."""
-        return module_from_settings(cls, InterVideoSettings, settings, reduction=reduction, validate_args=validate_args,
-                                    distributed=distributed)
+        check_settings(settings, InterVideoSettings)
+        return cls(beta=settings.beta, tau=settings.tau, tanh_scaling=settings.tanh_scaling,
+                   entropy_median=settings.entropy_median, matched=settings.matched, fusion=settings.fusion,
+                   gamma=settings.gamma, calibrate=settings.calibrate, calibration_set=settings.calibration_set,
+                   terms=settings.terms, reduction=reduction, validate_args=validate_args, distributed=distributed)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
         return settings_fields(module_settings(preset, dataset).inter)
 
+    def settings(self) -> InterVideoSettings:
+        """The loss's settings, built from its attributes and checked (frozen; :func:`dataclasses.replace`
+        makes a changed copy, which :meth:`from_settings` turns into a module)."""
+        return InterVideoSettings(beta=self.beta, tau=self.tau, tanh_scaling=self.tanh_scaling,
+                                  entropy_median=self.entropy_median, matched=self.matched, fusion=self.fusion,
+                                  gamma=self.gamma, calibrate=self.calibrate, calibration_set=self.calibration_set,
+                                  terms=self.terms)
+
+    def extra_repr(self) -> str:
+        return f"{settings_repr(self.settings())}, reduction={self.reduction!r}"
+
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """A :class:`~evidential_prvr.UncertaintyGuidedIdentifier` with this loss's identification settings."""
-        return UncertaintyGuidedIdentifier.from_settings(self._settings, validate_args=self.validate_args,
+        return UncertaintyGuidedIdentifier.from_settings(self.settings(), validate_args=self.validate_args,
                                                          distributed=self.distributed)
 
-    def _loss(
+    def forward(
         self,
-        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_video: torch.Tensor,
         *,
         calibrate: bool | None = None,
         running_thresholds: BranchPair | None = None,
-    ) -> torch.Tensor | InterVideoLossDetails:
-        with shared_gathers():
-            frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
-                                                          query_video)
-            return run_inter_video_loss(frame_sim, clip_sim, query_video, self._settings, self.reduction,
-                                        details, self.validate_args, calibrate=calibrate,
-                                        running=running_thresholds)
-
-    forward = loss_method(_loss, """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
+    ) -> torch.Tensor:
+        """:math:`L_{inter}` of ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives
         ``query_video`` (``LongTensor [Q]`` or ``{0, 1}`` matrix ``[Q, V]``). ``calibrate``, when given,
         replaces the module's ``calibrate`` for this call (how :class:`~evidential_prvr.HolmesCriterion` runs
         the warm-up stage). running_thresholds: the frame and clip branches' thresholds smoothed across
         batches (:func:`~evidential_prvr.functional.ema_thresholds`; how the criterion's threshold_decay
-        reaches the identification), None: the in-batch rule of Eq. 11.""")
-    details = details_method(_loss, InterVideoLossDetails, """The arguments of :meth:`forward`; returns what
-        L_inter computed (:class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is what :meth:`forward`
-        returns; the identification runs even without calibration). Called directly, it does not run the
-        module's hooks.""")
+        reaches the identification), None: the in-batch rule of Eq. 11."""
+        settings = self.settings()
+        with shared_gathers():
+            frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
+                                                          query_video)
+            return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings,
+                                     calibrate=settings.calibrate if calibrate is None else calibrate,
+                                     reduction=self.reduction, validate_args=self.validate_args, identify=False,
+                                     running=running_thresholds).loss
+
+    def details(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor,
+        *,
+        calibrate: bool | None = None,
+        running_thresholds: BranchPair | None = None,
+    ) -> InterVideoLossDetails:
+        """The arguments of :meth:`forward`; returns what L_inter computed
+        (:class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is what :meth:`forward` returns; the
+        identification runs even without calibration). Called directly, it does not run the module's hooks."""
+        settings = self.settings()
+        with shared_gathers():
+            frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
+                                                          query_video)
+            return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings,
+                                     calibrate=settings.calibrate if calibrate is None else calibrate,
+                                     reduction=self.reduction, validate_args=self.validate_args, identify=True,
+                                     running=running_thresholds)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

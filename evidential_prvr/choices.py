@@ -16,22 +16,32 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
-    "Preset", "PRESETS", "DatasetName",
+    "Preset", "PRESETS", "DatasetName", "HUDPreset", "HUD_PRESETS", "HUDDatasetName", "HUD_DATASETS",
     "Reduction", "REDUCTIONS", "TanhScaling", "TANH_SCALINGS", "MatchRule", "MATCH_RULES", "EntropyMedian",
     "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
     "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
     "NCE_VIDEO_TO_TEXT", "Confidence", "CONFIDENCES", "IdentificationRule", "IDENTIFICATION_RULES",
     "FOTMarginals", "FOT_MARGINALS", "FOTNormalization", "FOT_NORMALIZATIONS", "MinmaxScope", "MINMAX_SCOPES",
-    "SinkhornMethod", "SINKHORN_METHODS", "SinkhornGrad", "SINKHORN_GRADS", "SinkhornBackend", "SINKHORN_BACKENDS",
+    "SinkhornMethod", "SINKHORN_METHODS", "SinkhornGrad", "SINKHORN_GRADS",
 ]
 
 Preset = Literal["paper", "release"]
 PRESETS: tuple[Preset, ...] = get_args(Preset)
-"""Preset names accepted by every ``from_preset``."""
+"""Preset names of the Holmes modules' ``from_preset`` (HUD's are :data:`HUD_PRESETS`)."""
 
 DatasetName = Literal["tvr", "activitynet", "charades", "act", "cha"]
 """The data set names of the presets (the release's ``-d tvr|act|cha`` included), as a type; their
 canonical forms are :data:`~evidential_prvr.presets.DATASETS`."""
+
+HUDPreset = Literal["paper"]
+HUD_PRESETS: tuple[HUDPreset, ...] = get_args(HUDPreset)
+"""Preset names of :meth:`HUDObjective.from_preset <evidential_prvr.probabilistic.HUDObjective.from_preset>`
+(:func:`evidential_prvr.presets.hud_settings`)."""
+
+HUDDatasetName = Literal["webvid-covr"]
+"""The data set names of HUD's presets, as a type."""
+HUD_DATASETS: tuple[HUDDatasetName, ...] = get_args(HUDDatasetName)
+"""The data set names of HUD's presets (its composed video retrieval settings, WebVid-CoVR)."""
 
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
@@ -103,7 +113,3 @@ SinkhornGrad = Literal["detach", "autodiff"]
 SINKHORN_GRADS: tuple[SinkhornGrad, ...] = get_args(SinkhornGrad)
 """Gradient modes of :func:`~evidential_prvr.functional.sinkhorn`: stop-gradient plan, or backpropagation
 through the iterations."""
-
-SinkhornBackend = Literal["auto", "kernel", "compiled", "eager"]
-SINKHORN_BACKENDS: tuple[SinkhornBackend, ...] = get_args(SinkhornBackend)
-"""Where the Sinkhorn loop runs (see :func:`~evidential_prvr.set_sinkhorn_backend`)."""

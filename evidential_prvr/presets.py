@@ -1,7 +1,9 @@
-"""One registry of every Holmes constant: the paper's and the official release's, per data set.
+"""One registry of every preset constant: Holmes's (the paper's and the official release's, per data set) and HUD's.
 
-Every ``from_preset(preset, dataset=None, **overrides)`` of the package and the reference model's
-``--config tvr|activitynet|charades`` read :func:`holmes_settings`, so each number lives here once.
+Every ``from_preset(preset, dataset=None, *args, **overrides)`` of the package and the reference model's
+``--config tvr|activitynet|charades`` read :func:`holmes_settings` (HUD's
+:meth:`~evidential_prvr.probabilistic.HUDObjective.from_preset` reads :func:`hud_settings`), so each number
+lives here once.
 
 ``preset="release"``
     The official Holmes code (``lijun2005/ICML26-Holmes``, ``src/Configs``): a ``dataset`` is required.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr.choices import PRESETS
+from evidential_prvr.choices import HUD_DATASETS, HUD_PRESETS, PRESETS
 from evidential_prvr.functional._flexible_ot import TransportSettings
 from evidential_prvr.functional._identification import IdentificationSettings
 from evidential_prvr.functional._inter_video import InterVideoSettings
@@ -50,6 +52,10 @@ __all__ = [
     "ModelSettings",
     "HolmesSettings",
     "holmes_settings",
+    "HUD_PRESETS",
+    "HUD_DATASETS",
+    "HUDSettings",
+    "hud_settings",
 ]
 
 
@@ -431,3 +437,73 @@ def module_settings(preset: str, dataset: str | None) -> HolmesSettings:
     The official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs/tvr.py``).
     """
     return holmes_settings(preset, "tvr" if dataset is None else dataset)
+
+
+# --- HUD (composed video retrieval) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HUDSettings:
+    """HUD's hyperparameters of one preset: what :meth:`HUDObjective.from_preset
+    <evidential_prvr.probabilistic.HUDObjective.from_preset>` sets (the backbone's sizes are the caller's).
+
+    Attributes
+    ----------
+    num_samples : int
+        :math:`U`, the samples of the textual Gaussian (Eq. 3); 8 on WebVid-CoVR (FashionIQ's 6 is a composed
+        image retrieval setting, not registered).
+    tau : float
+        Temperature of Eq. 12-13.
+    kappa : float
+        Weight of :math:`\\mathcal{L}_{H\\leftrightarrow A}` (Eq. 15).
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import hud_settings
+    >>> hud_settings("paper")
+    HUDSettings(num_samples=8, tau=0.1, kappa=0.5)
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 3, 12-15 and
+    its implementation details.
+    """
+
+    num_samples: int = 8
+    tau: float = 0.1
+    kappa: float = 0.5
+
+
+_HUD_PAPER = HUDSettings(num_samples=8, tau=0.1, kappa=0.5)
+
+
+def hud_settings(preset: str, dataset: str | None = None) -> HUDSettings:
+    """HUD's constants of ``preset`` for ``dataset``.
+
+    Parameters
+    ----------
+    preset : {"paper"}
+        HUD as printed (:data:`~evidential_prvr.choices.HUD_PRESETS`).
+    dataset : {"webvid-covr"}, optional
+        ``None`` takes the WebVid-CoVR settings (:data:`~evidential_prvr.choices.HUD_DATASETS`).
+
+    Returns
+    -------
+    HUDSettings
+        Frozen; change a value with :func:`dataclasses.replace`.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import hud_settings
+    >>> hud_settings("paper", "webvid-covr") == hud_settings("paper")
+    True
+
+    References
+    ----------
+    HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", its implementation
+    details.
+    """
+    check_choice(preset, "preset", HUD_PRESETS)
+    if dataset is not None:
+        check_choice(dataset, "dataset", HUD_DATASETS)
+    return _HUD_PAPER

@@ -121,3 +121,19 @@ def test_bad_arguments_are_named():
     assert repr(ep.HolmesCriterion.from_preset("paper")) == repr(ep.HolmesCriterion.from_preset("paper", "tvr"))
     with pytest.raises(TypeError, match="'weights'"):
         ep.HolmesCriterion.from_preset("release", "tvr", weights=[1, 2])
+
+
+def test_from_preset_is_the_one_of_every_module_with_presets():
+    """The criterion's ``from_preset`` is :class:`PresetModule`'s: its overrides are the constructor's arguments,
+    and the parts it builds take the call's ``validate_args`` and ``distributed``."""
+    assert issubclass(ep.HolmesCriterion, ep.PresetModule) and "from_preset" not in vars(ep.HolmesCriterion)
+    checked = ep.HolmesCriterion.from_preset("release", "tvr", validate_args=False)
+    assert checked.validate_args is False
+    assert all(part.validate_args is False for part in (checked.base, checked.inter, checked.intra))
+    base = ep.BaseRetrievalLoss.from_preset("release", "act")
+    own = ep.HolmesCriterion.from_preset("release", "act", base, intra=None, total_epochs=50)
+    assert own.base is base and own.intra is None and own.inter is not None
+    assert (own.warmup_stage_epochs, own.hard_negative_epoch, own.total_epochs) == (10, 10, 50)
+    assert repr(ep.HolmesCriterion().base) == repr(ep.BaseRetrievalLoss())  # base=None: BaseRetrievalLoss()
+    with pytest.raises(TypeError, match="'schedule'"):
+        ep.HolmesCriterion.from_preset("release", "tvr", schedule=6)

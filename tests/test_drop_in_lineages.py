@@ -235,7 +235,7 @@ def test_msl_training_scores_are_refused_with_the_fix_named():
 
 
 def test_msl_schedule_follows_the_run_length_and_logs_the_stage_change(caplog):
-    """``schedule=opt.n_epoch`` maps the release's switches (epoch 20 of 100) onto a 10-epoch run, visibly."""
+    """``total_epochs=opt.n_epoch`` maps the release's switches (epoch 20 of 100) onto a 10-epoch run, visibly."""
     ns, _ = msl_step(epoch=0, n_epoch=10)
     criterion, stages = ns["opt"].criterion, []
     with caplog.at_level(logging.INFO, logger="evidential_prvr"):
@@ -266,12 +266,12 @@ def test_main_py_swap_one_training_step(page, n_outputs, dataset):
 
 @pytest.mark.parametrize("page", ["drop_in_gmmformer.rst", "drop_in_hlformer.rst"])
 def test_main_py_swap_keeps_its_own_hard_negative_switch_when_asked(page):
-    """The guide's mapping of ``hard_negative_start_epoch`` (30 in GMMFormer) through ``schedule=``."""
+    """The guide's mapping of ``hard_negative_start_epoch`` (30 in GMMFormer) through ``hard_negative_epoch=``."""
     text = (GUIDE / page).read_text(encoding="utf-8")
-    assert "hard_negative_start_epoch" in text and "schedule=" in text
+    assert "hard_negative_start_epoch" in text and "hard_negative_epoch=" in text
     cfg = {"hard_negative_start_epoch": 30}
-    criterion = HolmesCriterion.from_preset("release", "tvr", schedule={
-        "warmup_stage_epochs": 20, "hard_negative_epoch": cfg["hard_negative_start_epoch"]})
+    criterion = HolmesCriterion.from_preset("release", "tvr", warmup_stage_epochs=20,
+                                            hard_negative_epoch=cfg["hard_negative_start_epoch"])
     criterion.set_epoch(29)
     assert criterion.stage == 2 and not criterion.hard_negatives
     criterion.set_epoch(30)
@@ -289,7 +289,7 @@ def test_the_index_page_links_every_lineage_guide():
     index = (GUIDE / "drop_in.rst").read_text(encoding="utf-8")
     for page in ("drop_in_msl", "drop_in_gmmformer", "drop_in_hlformer"):
         assert f":doc:`{page}`" in index or f"<{page}>`" in index, page
-    assert "closest_dataset" in index and "schedule=" in index
+    assert "closest_dataset" in index and "total_epochs=" in index
 
 
 def test_intra_cost_benchmark_runs():
@@ -443,38 +443,40 @@ def test_stage_changes_are_logged_once_each(caplog):
     assert details.stage == 2
 
 
-def test_schedule_as_an_epoch_count_maps_the_release_switches_in_proportion():
+def test_total_epochs_maps_the_release_switches_in_proportion():
     release = holmes_settings("release", "tvr").schedule
     assert (release.epochs, release.warmup_stage_epochs, release.hard_negative_epoch) == (100, 20, 20)
     for epochs, switch in ((6, 1), (30, 6), (50, 10), (100, 20), (12, 2), (200, 40)):
-        criterion = evidential_prvr.HolmesCriterion.from_preset("release", "tvr", schedule=epochs)
+        criterion = evidential_prvr.HolmesCriterion.from_preset("release", "tvr", total_epochs=epochs)
         assert (criterion.warmup_stage_epochs, criterion.hard_negative_epoch) == (switch, switch)
         assert criterion.total_epochs == epochs
+    with pytest.raises(ValueError, match="total_epochs must be an int >= 1"):
+        evidential_prvr.HolmesCriterion.from_preset("release", total_epochs=0)
 
 
-def test_schedule_as_a_mapping_sets_the_switches():
-    criterion = evidential_prvr.HolmesCriterion.from_preset("release", "act", schedule={"warmup_stage_epochs": 3,
-                                                                           "hard_negative_epoch": 5})
+def test_the_switches_are_overrides_of_their_own():
+    criterion = evidential_prvr.HolmesCriterion.from_preset("release", "act", warmup_stage_epochs=3,
+                                                            hard_negative_epoch=5)
     assert (criterion.warmup_stage_epochs, criterion.hard_negative_epoch) == (3, 5)
+    scaled = evidential_prvr.HolmesCriterion.from_preset("release", total_epochs=30, hard_negative_epoch=2)
+    assert (scaled.warmup_stage_epochs, scaled.hard_negative_epoch) == (6, 2)  # the one not given is scaled
     with pytest.raises(TypeError, match="hard_negative_start_epoch"):
-        evidential_prvr.HolmesCriterion.from_preset("release", schedule={"hard_negative_start_epoch": 5})
-    with pytest.raises(TypeError, match="once"):
-        evidential_prvr.HolmesCriterion.from_preset("release", schedule={"warmup_stage_epochs": 3}, warmup_stage_epochs=4)
-    with pytest.raises(ValueError, match="schedule"):
-        evidential_prvr.HolmesCriterion.from_preset("release", schedule=0)
+        evidential_prvr.HolmesCriterion.from_preset("release", hard_negative_start_epoch=5)
+    with pytest.raises(TypeError, match="'schedule'"):  # version 3.0: total_epochs=, or the switches themselves
+        evidential_prvr.HolmesCriterion.from_preset("release", schedule=6)
 
 
 def test_a_switch_beyond_the_schedule_warns_once():
     with pytest.warns(UserWarning, match=r"stage 2 .* starts at epoch 8 .* beyond a schedule of 6 epochs") as record:
-        criterion = evidential_prvr.HolmesCriterion.from_preset("release", schedule=6, warmup_stage_epochs=8)
+        criterion = evidential_prvr.HolmesCriterion.from_preset("release", total_epochs=6, warmup_stage_epochs=8)
         for epoch in range(6):
             criterion.set_epoch(epoch)
     assert len([w for w in record if issubclass(w.category, UserWarning)]) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        evidential_prvr.HolmesCriterion.from_preset("release", schedule=6)  # the scaled switches fit
+        evidential_prvr.HolmesCriterion.from_preset("release", total_epochs=6)  # the scaled switches fit
     with pytest.warns(UserWarning, match="beyond a schedule of 1 epochs"):
-        evidential_prvr.HolmesCriterion.from_preset("release", schedule=1)
+        evidential_prvr.HolmesCriterion.from_preset("release", total_epochs=1)
 
 
 # --- data sets of one's own -----------------------------------------------------------------------------------------

@@ -65,6 +65,23 @@ def test_preset_holds_the_paper_settings():
     assert HUDObjective.from_preset("paper", "webvid-covr", dim=4, holistic_dim=4, num_reference_tokens=2).num_samples == 8
 
 
+def test_from_preset_is_the_one_of_every_module_with_presets():
+    """HUD's presets are in the registry (``hud_settings``) and its ``from_preset`` is :class:`PresetModule`'s: the
+    backbone's sizes are the constructor's arguments (positional ones too), ``derivative`` a constructor keyword."""
+    from evidential_prvr import PresetModule
+    from evidential_prvr.choices import HUD_DATASETS, HUD_PRESETS
+    from evidential_prvr.presets import hud_settings
+
+    assert issubclass(HUDObjective, PresetModule) and "from_preset" not in vars(HUDObjective)
+    assert (HUD_PRESETS, HUD_DATASETS) == (("paper",), ("webvid-covr",))
+    paper = hud_settings("paper")
+    hud = HUDObjective.from_preset("paper", None, 4, 4, 2, num_samples=3)
+    assert (hud.num_samples, hud.tau, hud.kappa) == (3, paper.tau, paper.kappa)
+    assert HUDObjective(4, 4, 2, derivative=7).switches == HUDSwitches().derivative(7)
+    with pytest.raises(ValueError, match="dataset must be one of 'webvid-covr'"):
+        HUDObjective.from_preset("paper", "tvr", dim=4, holistic_dim=4, num_reference_tokens=2)
+
+
 def test_detail_gaussian_equals_the_module_on_each_token():
     """Eq. 6 on all tokens at once equals ProbabilisticTextEmbedding called with each token as its single query."""
     hud = make()
@@ -279,7 +296,8 @@ def test_errors_name_the_argument():
         hud(ref, text[..., :5], target)
     with pytest.raises(ValueError, match="reference_tokens must be finite"):
         hud(ref.masked_fill(torch.ones_like(ref, dtype=torch.bool), float("nan")), text, target)
-    with pytest.raises(TypeError, match="needs the backbone size"):
+    with pytest.raises(TypeError, match="missing 2 required positional arguments: 'holistic_dim' and "
+                                        "'num_reference_tokens'"):
         HUDObjective.from_preset("paper", dim=4)
     with pytest.raises(TypeError, match="'not_a_setting'"):
         HUDObjective.from_preset("paper", dim=4, holistic_dim=4, num_reference_tokens=2, not_a_setting=1)

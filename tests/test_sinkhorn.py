@@ -1,4 +1,5 @@
-"""Tests of the batched masked Sinkhorn solver against POT."""
+"""Tests of the batched masked Sinkhorn solver: against POT, its masks and options, half precision and autocast,
+and the eager loop under :func:`torch.compile` (the way to fuse it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evidential_prvr.functional import scaling_range_bound, select_sinkhorn_method, sinkhorn
+from evidential_prvr import FlexibleOT
+from evidential_prvr.functional import flexible_ot, scaling_range_bound, select_sinkhorn_method, sinkhorn
 from tests.strategies.transport import epsilons, masked_marginal_problems
 
 METHODS = ["log", "scaling"]
@@ -99,7 +101,7 @@ def test_auto_method_selection_halves_the_range_when_the_plan_is_differentiated(
     assert select_sinkhorn_method(scores, 0.1, differentiating=True) == "log"
 
 
-def test_forced_kernel_beyond_safe_range_is_refused():
+def test_forced_scaling_beyond_safe_range_is_refused():
     scores = torch.rand(1, 3, 4) * 1e3
     a, b = torch.full((1, 3), 1 / 3), torch.full((1, 4), 0.25)
     with pytest.raises(ValueError, match="method='scaling'"):
@@ -188,7 +190,7 @@ def test_single_cell_problem(batch):
     torch.testing.assert_close(plan, torch.ones(batch, 1, 1))
 
 
-def test_kernel_path_at_the_edge_of_its_range_matches_the_log_path():
+def test_scaling_path_at_the_edge_of_its_range_matches_the_log_path():
     gen = torch.Generator().manual_seed(3)
     bound = scaling_range_bound(torch.float32)
     scores = torch.rand(4, 6, 64, generator=gen)
@@ -198,7 +200,63 @@ def test_kernel_path_at_the_edge_of_its_range_matches_the_log_path():
     a = torch.cat([torch.full((4, 5), 1 / 69), torch.full((4, 1), 64 / 69)], dim=1)
     b = torch.full((4, 64), 1 / 64)
     assert select_sinkhorn_method(scores, epsilon, a, b) == "scaling"
-    kernel = sinkhorn(scores, a, b, epsilon, n_iters=50, method="scaling")
+    scaling = sinkhorn(scores, a, b, epsilon, n_iters=50, method="scaling")
     log = sinkhorn(scores, a, b, epsilon, n_iters=50, method="log")
-    assert bool(torch.isfinite(kernel).all())
-    torch.testing.assert_close(kernel, log, atol=1e-6, rtol=1e-3)
+    assert bool(torch.isfinite(scaling).all())
+    torch.testing.assert_close(scaling, log, atol=1e-6, rtol=1e-3)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_problem_does_not_depend_on_its_batch(method):
+    sim = torch.rand(40, 6, 32, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    whole = flexible_ot(sim, method=method).plan
+    part = flexible_ot(sim[17:30], method=method).plan
+    torch.testing.assert_close(whole[17:30], part, rtol=0, atol=256 * torch.finfo(torch.float64).eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_flexible_ot_under_autocast_in_a_training_step(dtype):
+    emb = torch.randn(6, 4, 16, requires_grad=True)
+    clips = torch.randn(6, 12, 16)
+    fot = FlexibleOT.from_preset("release", dataset="tvr")
+    with torch.autocast("cpu", dtype=dtype):
+        sim = torch.nn.functional.normalize(emb, dim=-1) @ torch.nn.functional.normalize(clips, dim=-1).transpose(1, 2)
+        out = fot(sim)
+        loss = (out.similarity * out.assignment).sum()
+    loss.backward()
+    assert out.plan.dtype == torch.float32
+    assert torch.isfinite(loss) and torch.isfinite(emb.grad).all() and torch.isfinite(out.plan).all()
+
+
+def _compile_case():
+    gen = torch.Generator().manual_seed(0)
+    sim = torch.rand(4, 3, 8, generator=gen) * 2 - 1
+    qmask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0], [1, 1, 0]], dtype=torch.bool)  # a video without queries
+    cmask = torch.rand(4, 8, generator=gen) > 0.3
+    cmask[:, 0] = True
+    return sim, qmask, cmask
+
+
+def test_torch_compile_of_flexible_ot_gives_the_eager_plan():
+    """The documented way to fuse the loop: ``torch.compile(FlexibleOT(...))``, one graph (Inductor), the eager
+    plan to float32 rounding (the release preset: min-max normalisation, so ``"auto"`` takes the scaling loop
+    without reading the data; five iterations keep the compilation to a few seconds)."""
+    torch.compiler.reset()
+    sim, qmask, cmask = _compile_case()
+    fot = FlexibleOT.from_preset("release", dataset="tvr", n_iters=5, validate_args=False)
+    got = torch.compile(fot, fullgraph=True, dynamic=False)(sim, qmask, cmask)
+    want = fot(sim, qmask, cmask)
+    for name in ("plan", "dustbin", "assignment"):
+        torch.testing.assert_close(getattr(got, name), getattr(want, name), rtol=0, atol=1e-6)
+    assert torch.equal(got.plan == 0, want.plan == 0)  # padded entries exactly 0
+
+
+def test_the_log_loop_traces_into_one_graph():
+    torch.compiler.reset()
+    sim, qmask, cmask = _compile_case()
+
+    def plan(x):
+        return flexible_ot(x, qmask, cmask, epsilon=0.02, normalize=None, method="log", n_iters=5,
+                           validate_args=False).plan
+
+    torch.testing.assert_close(torch.compile(plan, fullgraph=True, backend="aot_eager")(sim), plan(sim))

@@ -197,16 +197,16 @@ def _criterion_stream(criterion: HolmesCriterion, batches: int, seed: int) -> li
 @pytest.mark.parametrize(("preset", "dataset"), PRESETS)
 def test_the_criterion_with_decay_zero_is_the_preset(preset, dataset):
     schedule = {"warmup_stage_epochs": 2, "hard_negative_epoch": 2}
-    smoothed = HolmesCriterion.from_preset(preset, dataset, schedule=schedule, threshold_decay=0.0)
-    plain = HolmesCriterion.from_preset(preset, dataset, schedule=schedule)
+    smoothed = HolmesCriterion.from_preset(preset, dataset, **schedule, threshold_decay=0.0)
+    plain = HolmesCriterion.from_preset(preset, dataset, **schedule)
     assert torch.equal(torch.stack(_criterion_stream(smoothed, 5, 0)), torch.stack(_criterion_stream(plain, 5, 0)))
     assert int(smoothed.threshold_ema.batches) == 5  # updated in the first stage too
 
 
 def test_the_criterion_smooths_the_thresholds_of_its_calibration():
     schedule = {"warmup_stage_epochs": 1, "hard_negative_epoch": 1}
-    smoothed = HolmesCriterion.from_preset("release", "tvr", schedule=schedule, threshold_decay=0.9)
-    plain = HolmesCriterion.from_preset("release", "tvr", schedule=schedule)
+    smoothed = HolmesCriterion.from_preset("release", "tvr", **schedule, threshold_decay=0.9)
+    plain = HolmesCriterion.from_preset("release", "tvr", **schedule)
     a, b = _criterion_stream(smoothed, 6, 1), _criterion_stream(plain, 6, 1)
     assert torch.equal(a[0], b[0])  # the first stage does not calibrate: the same loss
     assert any(not torch.equal(x, y) for x, y in zip(a[1:], b[1:]))

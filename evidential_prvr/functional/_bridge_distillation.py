@@ -11,11 +11,9 @@ from __future__ import annotations
 import torch
 
 from evidential_prvr._checks import check_same_shape
-from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 from evidential_prvr.functional._gaussian import _check_gaussian, _common_dtype
 
 
-@insert_docs(returns=SCALAR_LOSS)
 def bridge_distillation_loss(
     student_mu: torch.Tensor,
     student_logvar: torch.Tensor,
@@ -54,7 +52,10 @@ def bridge_distillation_loss(
         Check that every input is finite (a host synchronisation); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Shapes and dtypes are always checked.
 
-    {returns}
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss.
 
     Examples
     --------

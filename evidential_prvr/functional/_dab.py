@@ -21,10 +21,8 @@ from evidential_prvr._checks import (
     check_tensor,
     compute_dtype,
 )
-from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 
 
-@insert_docs(returns=SCALAR_LOSS)
 def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = None) -> torch.Tensor:
     """Probabilistic Alignment Contrastive loss (DAB, Key Design 3).
 
@@ -51,7 +49,10 @@ def pac_loss(cost: torch.Tensor, tau: float, *, validate_args: bool | None = Non
     validate_args : bool, optional
         Check that ``cost`` is finite (a host synchronisation).
 
-    {returns}
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss.
 
     Examples
     --------

@@ -25,7 +25,6 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr._docs import finite_check, insert_docs
 
 
 def _check_gaussian(
@@ -376,12 +375,6 @@ def pairwise_wasserstein2(
     return sq if squared else sq.clamp_min(1e-12).sqrt()
 
 
-_PAIRED_FINITE = """\
-validate_args : bool, optional
-    Check that every mean and log-variance is finite (a host synchronisation); ``None`` follows
-    :func:`evidential_prvr.set_default_validate_args`."""
-
-
 def _check_paired_inputs(
     source_mu: torch.Tensor, source_logvar: torch.Tensor, target_mu: torch.Tensor, target_logvar: torch.Tensor,
     validate_args: bool | None,
@@ -405,7 +398,6 @@ def _check_paired_inputs(
         ) from None
 
 
-@insert_docs(validate_args=_PAIRED_FINITE)
 def paired_gaussian_kl(
     source_mu: torch.Tensor,
     source_logvar: torch.Tensor,
@@ -435,7 +427,9 @@ def paired_gaussian_kl(
         ``[..., D]`` means and log-variances of the first argument of the KL.
     target_mu, target_logvar : torch.Tensor
         ``[..., D]`` means and log-variances of the second argument, broadcastable against the source's.
-    {validate_args}
+    validate_args : bool, optional
+        Check that every mean and log-variance is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------
@@ -470,7 +464,6 @@ def paired_gaussian_kl(
     return (0.5 * (mean + (torch.exp(log_ratio) - log_ratio - 1.0)).sum(dim=-1)).clamp_min(0.0)
 
 
-@insert_docs(validate_args=_PAIRED_FINITE)
 def paired_wasserstein2(
     source_mu: torch.Tensor,
     source_logvar: torch.Tensor,
@@ -499,7 +492,9 @@ def paired_wasserstein2(
     squared : bool, default True
         Return :math:`W_2^2`; with ``False`` return :math:`W_2` (gradient taken at
         :math:`\\max(W_2^2, 10^{-12})`, as in :func:`pairwise_wasserstein2`).
-    {validate_args}
+    validate_args : bool, optional
+        Check that every mean and log-variance is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------
@@ -527,7 +522,6 @@ def paired_wasserstein2(
     return sq if squared else sq.clamp_min(1e-12).sqrt()
 
 
-@insert_docs(validate_args=finite_check("cost"))
 def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Per-query confidence: second-lowest minus lowest cost in each row (DAB, "KL margin").
 
@@ -561,7 +555,9 @@ def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch
     ----------
     cost : torch.Tensor
         ``[Q, V]`` costs (lower = better match), ``V >= 2``.
-    {validate_args}
+    validate_args : bool, optional
+        Check that ``cost`` is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------
@@ -589,7 +585,6 @@ def kl_margin(cost: torch.Tensor, *, validate_args: bool | None = None) -> torch
     return lowest_two[:, 1] - lowest_two[:, 0]
 
 
-@insert_docs(validate_args=finite_check("logvar"))
 def reparameterised_sample(
     mu: torch.Tensor,
     logvar: torch.Tensor,
@@ -613,7 +608,9 @@ def reparameterised_sample(
     generator : torch.Generator, optional
         Source of the noise :math:`\\eta \\sim \\mathcal{N}(0, I)`; with a seeded generator on the
         inputs' device the samples are deterministic.
-    {validate_args}
+    validate_args : bool, optional
+        Check that ``logvar`` is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------

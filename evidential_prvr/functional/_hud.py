@@ -20,7 +20,6 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr._docs import SCALAR_LOSS, insert_docs
 
 TOKEN_MATCHING = ("max", "paired")
 
@@ -138,16 +137,6 @@ def max_token_similarity(composed: torch.Tensor, target: torch.Tensor) -> torch.
     return scores.view(n_query, n_composed, n_target, n_tokens).max(dim=-1).values
 
 
-_SIMILARITY_PAIR_PARAMETERS = """\
-Parameters
-----------
-holistic_sim, atomistic_sim : torch.Tensor
-    ``[B, B]`` similarities (rows = composed queries, columns = targets).
-tau : float, default 0.1
-    Temperature (HUD uses 0.1)."""
-"""The parameters of the two HUD losses on a pair of similarity matrices (Eq. 12-14)."""
-
-
 def _check_similarity_pair(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float) -> torch.dtype:
     """Validate the arguments of the two HUD losses; return the dtype to compute them in."""
     check_square_scores(holistic_sim, "holistic_sim", None)
@@ -157,7 +146,6 @@ def _check_similarity_pair(holistic_sim: torch.Tensor, atomistic_sim: torch.Tens
     return torch.promote_types(compute_dtype(holistic_sim), compute_dtype(atomistic_sim))
 
 
-@insert_docs(parameters=_SIMILARITY_PAIR_PARAMETERS, returns=SCALAR_LOSS)
 def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1) -> torch.Tensor:
     """Batch-based classification loss on summed holistic and atomistic similarities (HUD Eq. 12).
 
@@ -168,9 +156,17 @@ def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.T
 
     Only the query-to-target direction, as in HUD.
 
-    {parameters}
+    Parameters
+    ----------
+    holistic_sim, atomistic_sim : torch.Tensor
+        ``[B, B]`` similarities (rows = composed queries, columns = targets).
+    tau : float, default 0.1
+        Temperature (HUD uses 0.1).
 
-    {returns}
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss.
 
     Examples
     --------
@@ -189,7 +185,6 @@ def batch_classification_loss(holistic_sim: torch.Tensor, atomistic_sim: torch.T
     return F.cross_entropy(logits, labels)
 
 
-@insert_docs(parameters=_SIMILARITY_PAIR_PARAMETERS)
 def holistic_atomistic_consistency_loss(
     holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor, tau: float = 0.1
 ) -> torch.Tensor:
@@ -208,7 +203,12 @@ def holistic_atomistic_consistency_loss(
     Gradients flow into both arguments of each KL (HUD mentions no stop-gradient). Computed from
     ``log_softmax`` in float32 or wider.
 
-    {parameters}
+    Parameters
+    ----------
+    holistic_sim, atomistic_sim : torch.Tensor
+        ``[B, B]`` similarities (rows = composed queries, columns = targets).
+    tau : float, default 0.1
+        Temperature (HUD uses 0.1).
 
     Returns
     -------

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
-from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import loss_entries
 from evidential_prvr.choices import (
     CALIBRATION_SETS,
     INTER_TERMS,
@@ -26,8 +24,6 @@ from evidential_prvr.functional._dempster_shafer import _ds_combine
 from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse, reduce_rows
 from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
-    IDENTIFICATION_PARAMETERS,
-    SCORE_PAIR,
     BranchPair,
     Identification,
     IdentificationSettings,
@@ -44,8 +40,6 @@ __all__ = [
     "inter_video_loss",
     "inter_video_loss_details",
 ]
-
-
 
 
 @dataclass
@@ -192,7 +186,6 @@ terms : tuple of {"frame", "clip", "fused"}
 
 
 @dataclass(frozen=True, kw_only=True)
-@insert_docs(identification=IDENTIFICATION_PARAMETERS, calibration=CALIBRATION_PARAMETERS)
 class InterVideoSettings(IdentificationSettings):
     """The hyperparameters of inter-video evidential learning L_inter (Holmes §3.2, Eq. 3-18), checked once.
 
@@ -202,8 +195,29 @@ class InterVideoSettings(IdentificationSettings):
 
     Attributes
     ----------
-    {identification}
-    {calibration}
+    beta : float
+        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+    tau : float
+        Evidence temperature of Eq. 3 (> 0).
+    tanh_scaling : {"inside", "outside"}
+        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
+    entropy_median : {"candidates", "batch"}
+        Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
+    matched : {"any_positive", "argmax"}
+        The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
+        (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
+    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
+    gamma : float
+        Calibration weight γ ∈ [0, 1] of Eq. 15.
+    calibrate : bool
+        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
+        identification runs only when details are asked for.
+    calibration_set : {"refined", "initial"}
+        Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
+        before the entropy refinement (Table 3 row 9).
+    terms : tuple of {"frame", "clip", "fused"}
+        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer).
 
     Examples
     --------
@@ -241,9 +255,7 @@ def check_terms(terms: object) -> tuple[InterTerm, ...]:
     return tuple(terms)
 
 
-@insert_docs(score_pair=SCORE_PAIR, calibration=CALIBRATION_PARAMETERS)
-def _inter_video_loss_entry(
-    details: bool,
+def inter_video_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
@@ -260,7 +272,7 @@ def _inter_video_loss_entry(
     terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
-) -> torch.Tensor | InterVideoLossDetails:
+) -> torch.Tensor:
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
     .. math::
@@ -275,10 +287,22 @@ def _inter_video_loss_entry(
 
     Parameters
     ----------
-    {score_pair}
+    frame_sim, clip_sim : torch.Tensor
+        Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
+    query_video : torch.Tensor
+        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
     beta, tau, tanh_scaling, entropy_median, matched, fusion
         Identification settings, see :func:`identify`.
-    {calibration}
+    gamma : float
+        Calibration weight γ ∈ [0, 1] of Eq. 15.
+    calibrate : bool
+        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
+        identification runs only when details are asked for.
+    calibration_set : {"refined", "initial"}
+        Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
+        before the entropy refinement (Table 3 row 9).
+    terms : tuple of {"frame", "clip", "fused"}
+        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer).
     reduction : {"mean", "sum", "none"}
         Reduction of the per-query loss over the batch (``"none"``: ``[Q]``).
     validate_args : bool, optional
@@ -299,7 +323,60 @@ def _inter_video_loss_entry(
     >>> loss.backward()
     >>> round(loss.item(), 4)
     1.2708
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.2, Eq. 15-18.
+    """
+    settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                  matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
+                                  calibration_set=calibration_set, terms=terms)
+    return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings, calibrate=settings.calibrate,
+                             reduction=reduction, validate_args=validate_args, identify=False, running=None).loss
+
+
+def inter_video_loss_details(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    beta: float = 0.3,
+    tau: float = 0.1,
+    tanh_scaling: TanhScaling = "inside",
+    entropy_median: EntropyMedian = "candidates",
+    matched: MatchRule = "any_positive",
+    fusion: Fusion = "uncertainty_dominant",
+    gamma: float = 0.2,
+    calibrate: bool = True,
+    calibration_set: CalibrationSet = "refined",
+    terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
+    reduction: Reduction = "mean",
+    validate_args: bool | None = None,
+) -> InterVideoLossDetails:
+    """Every term that :func:`inter_video_loss` computes, and its ``loss`` (Holmes Eq. 15-18).
+
+    The identification (Eq. 10-14) runs even with ``calibrate=False``, so the details always hold it.
+
+    Parameters
+    ----------
+    frame_sim, clip_sim, query_video
+        The scores and positives, as :func:`inter_video_loss` takes them.
+    beta, tau, tanh_scaling, entropy_median, matched, fusion, gamma, calibrate, calibration_set, terms
+        The settings of :func:`inter_video_loss`.
+    reduction, validate_args
+        As in :func:`inter_video_loss` (``reduction`` applies to every term).
+
+    Returns
+    -------
+    InterVideoLossDetails
+        The three :math:`L_U` terms, the identification, the calibrated labels and the Dirichlet
+        parameters; its ``loss`` is what :func:`inter_video_loss` returns.
+
+    Examples
+    --------
+    >>> import torch
     >>> from evidential_prvr.functional import inter_video_loss_details
+    >>> sim = torch.tensor([[0.8, 0.1], [0.2, 0.7]], requires_grad=True)
     >>> details = inter_video_loss_details(sim, sim, torch.tensor([0, 1]), calibrate=False)
     >>> details.identification is not None, details.target.shape
     (True, torch.Size([2, 2]))
@@ -311,78 +388,59 @@ def _inter_video_loss_entry(
     settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
                                   matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
                                   calibration_set=calibration_set, terms=terms)
-    return run_inter_video_loss(frame_sim, clip_sim, query_video, settings, reduction, details, validate_args)
-
-
-inter_video_loss, inter_video_loss_details = loss_entries(
-    _inter_video_loss_entry, InterVideoLossDetails, "inter_video_loss")
-
-
-def run_inter_video_loss(
-    frame_sim: torch.Tensor,
-    clip_sim: torch.Tensor,
-    query_video: torch.Tensor,
-    settings: InterVideoSettings,
-    reduction: Reduction,
-    details: bool,
-    validate_args: bool | None,
-    *,
-    calibrate: bool | None = None,
-    running: BranchPair | None = None,
-) -> torch.Tensor | InterVideoLossDetails:
-    """:func:`inter_video_loss` with its settings already checked (the path of
-    :class:`~evidential_prvr.EvidentialRetrievalLoss`); ``calibrate`` (when given) replaces
-    ``settings.calibrate`` for this call (the criterion's stage); ``running``: thresholds smoothed across
-    batches (:func:`~evidential_prvr.functional.ema_thresholds`)."""
-    check_choice(reduction, "reduction", REDUCTIONS)
-    mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
-    calibrate = settings.calibrate if calibrate is None else calibrate
-    return _inter_video_loss(frame_sim, clip_sim, mask, settings, settings.gamma, calibrate, settings.calibration_set,
-                             settings.terms, reduction, details, running)
+    return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings, calibrate=settings.calibrate,
+                             reduction=reduction, validate_args=validate_args, identify=True, running=None)
 
 
 def _inter_video_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
-    mask: torch.Tensor,
-    settings: IdentificationSettings,
-    gamma: float,
+    query_video: torch.Tensor,
+    *,
+    settings: InterVideoSettings,
     calibrate: bool,
-    calibration_set: CalibrationSet,
-    terms: tuple[InterTerm, ...],
     reduction: Reduction,
-    details: bool,
-    running: BranchPair | None = None,
-) -> torch.Tensor | InterVideoLossDetails:
-    """:func:`inter_video_loss` on validated inputs."""
+    validate_args: bool | None,
+    identify: bool,
+    running: BranchPair | None,
+) -> InterVideoLossDetails:
+    """L_inter (Holmes Eq. 15-18) with checked ``settings``: what :func:`inter_video_loss`,
+    :func:`inter_video_loss_details` and :class:`~evidential_prvr.EvidentialRetrievalLoss` compute.
+
+    Checks ``reduction`` and the tensors. ``calibrate`` is this call's stage (``settings.calibrate``, or the
+    warm-up of :class:`~evidential_prvr.HolmesCriterion`); ``identify``: run the identification without
+    calibration too (otherwise ``identification`` is ``None`` then); ``running``: the frame and clip
+    branches' thresholds smoothed across batches (:func:`~evidential_prvr.functional.ema_thresholds`),
+    ``None``: the in-batch rule of Eq. 11.
+    """
+    check_choice(reduction, "reduction", REDUCTIONS)
+    mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     s_f = frame_sim.to(dtype)
     s_c = clip_sim.to(dtype)
-    alpha_f = _evidence(s_f, settings.tau, settings.tanh_scaling) + 1.0
+    alpha_f = _evidence(s_f, settings.tau, settings.tanh_scaling) + 1.0  # Eq. 3-4
     alpha_c = _evidence(s_c, settings.tau, settings.tanh_scaling) + 1.0
-    alpha_o = _ds_combine(alpha_f, alpha_c)
+    alpha_o = _ds_combine(alpha_f, alpha_c)  # Eq. 16
     label = normalized_target(mask, dtype)
 
     identification = None
-    if calibrate or details:
-        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings, running)
-    if calibrate and gamma > 0.0:
+    if calibrate or identify:
+        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings, running)  # Eq. 10-14
+    if calibrate and settings.gamma > 0.0:
         assert identification is not None
-        types = identification.query_type if calibration_set == "refined" else identification.initial_query_type
-        target = _calibrated_target(s_f, s_c, label, types, gamma)
+        types = (identification.query_type if settings.calibration_set == "refined"
+                 else identification.initial_query_type)
+        target = _calibrated_target(s_f, s_c, label, types, settings.gamma)  # Eq. 15
     else:
         target = label
 
-    rows = {"frame": _dirichlet_mse(alpha_f, target), "clip": _dirichlet_mse(alpha_c, target),
+    rows = {"frame": _dirichlet_mse(alpha_f, target), "clip": _dirichlet_mse(alpha_c, target),  # Eq. 17
             "fused": _dirichlet_mse(alpha_o, target)}
-    total = rows[terms[0]]
-    for term in terms[1:]:
-        total = total + rows[term]
-    loss = reduce_rows(total, reduction)
-    if not details:
-        return loss
+    total = rows[settings.terms[0]]
+    for term in settings.terms[1:]:
+        total = total + rows[term]  # Eq. 18
     return InterVideoLossDetails(
-        loss=loss,
+        loss=reduce_rows(total, reduction),
         frame_loss=reduce_rows(rows["frame"], reduction),
         clip_loss=reduce_rows(rows["clip"], reduction),
         fused_loss=reduce_rows(rows["fused"], reduction),

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
-from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import loss_entries
 from evidential_prvr.choices import (
     INTRA_ASSIGNMENTS,
     REDUCTIONS,
@@ -52,7 +50,6 @@ assignment : {"fot", "ot", "softmax"}
 
 
 @dataclass(frozen=True, kw_only=True)
-@insert_docs(intra=INTRA_PARAMETERS)
 class IntraVideoSettings:
     """The evidence settings of intra-video evidential learning L_intra (Holmes §3.3), checked once.
 
@@ -61,7 +58,15 @@ class IntraVideoSettings:
 
     Attributes
     ----------
-    {intra}
+    tau : float
+        Evidence temperature :math:`\\tau_{\\text{intra}} > 0` of the query-clip evidence.
+    tanh_scaling : {"outside", "inside"}
+        Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
+    assignment : {"fot", "ot", "softmax"}
+        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
+        dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
+        over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
+        not give its temperature).
 
     Examples
     --------
@@ -129,9 +134,7 @@ class IntraVideoLossDetails:
     transport: FlexibleOTResult | None
 
 
-@insert_docs(intra=INTRA_PARAMETERS)
-def _intra_video_loss_entry(
-    details: bool,
+def intra_video_loss(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None = None,
     clip_mask: torch.Tensor | None = None,
@@ -142,7 +145,7 @@ def _intra_video_loss_entry(
     transport: TransportSettings | None = None,
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
-) -> torch.Tensor | IntraVideoLossDetails:
+) -> torch.Tensor:
     """L_intra: evidential loss of each query over its video's clips against a transport label.
 
     For query :math:`i` of video :math:`k` with :math:`K_k` valid clips and similarities
@@ -167,7 +170,15 @@ def _intra_video_loss_entry(
         :func:`~evidential_prvr.build_intra_video_batch`).
     query_mask, clip_mask : torch.Tensor, optional
         ``[B, Mq]`` and ``[B, Mc]`` validity masks (bool, or 0/1 values).
-    {intra}
+    tau : float
+        Evidence temperature :math:`\\tau_{\\text{intra}} > 0` of the query-clip evidence.
+    tanh_scaling : {"outside", "inside"}
+        Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
+    assignment : {"fot", "ot", "softmax"}
+        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
+        dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
+        over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
+        not give its temperature).
     transport : TransportSettings, optional
         The settings of the transport that makes the label (:func:`flexible_ot`, whose keyword arguments
         they are; ``None``: ``TransportSettings()``, the release's). Their ``grad`` is ignored: the plan is
@@ -193,9 +204,6 @@ def _intra_video_loss_entry(
     >>> loss.backward()
     >>> bool(sim.grad.abs().sum() > 0)
     True
-    >>> from evidential_prvr.functional import intra_video_loss_details
-    >>> intra_video_loss_details(sim, tau=0.06).per_query.shape
-    torch.Size([1, 2])
     >>> from evidential_prvr.presets import TransportSettings
     >>> float(intra_video_loss(sim, tau=0.06, transport=TransportSettings(epsilon=0.05))) > 0
     True
@@ -205,30 +213,81 @@ def _intra_video_loss_entry(
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
     settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
+    return _intra_video_loss(sim, query_mask, clip_mask, settings=settings, transport=_transport(transport),
+                             reduction=reduction, validate_args=validate_args).loss
+
+
+def intra_video_loss_details(
+    sim: torch.Tensor,
+    query_mask: torch.Tensor | None = None,
+    clip_mask: torch.Tensor | None = None,
+    *,
+    tau: float = 0.06,
+    tanh_scaling: TanhScaling = "outside",
+    assignment: IntraAssignment = "fot",
+    transport: TransportSettings | None = None,
+    reduction: Reduction = "mean",
+    validate_args: bool | None = None,
+) -> IntraVideoLossDetails:
+    """Every term that :func:`intra_video_loss` computes, and its ``loss`` (Holmes §3.3).
+
+    Parameters
+    ----------
+    sim, query_mask, clip_mask
+        The similarities and masks, as :func:`intra_video_loss` takes them.
+    tau, tanh_scaling, assignment, transport
+        The settings of :func:`intra_video_loss`.
+    reduction, validate_args
+        As in :func:`intra_video_loss` (``reduction`` applies to ``loss``).
+
+    Returns
+    -------
+    IntraVideoLossDetails
+        The per-query and per-video terms, the Dirichlet parameters, the labels and the transport; its
+        ``loss`` is what :func:`intra_video_loss` returns.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from evidential_prvr.functional import intra_video_loss_details
+    >>> sim = torch.tensor([[[0.9, 0.8, 0.1, 0.0], [0.1, 0.2, 0.9, 0.3]]], requires_grad=True)
+    >>> intra_video_loss_details(sim, tau=0.06).per_query.shape
+    torch.Size([1, 2])
+
+    References
+    ----------
+    Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
+    """
+    settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
+    return _intra_video_loss(sim, query_mask, clip_mask, settings=settings, transport=_transport(transport),
+                             reduction=reduction, validate_args=validate_args)
+
+
+def _transport(transport: object) -> TransportSettings:
+    """The ``transport`` argument of :func:`intra_video_loss`, checked (``None``: the release's)."""
     if transport is None:
-        transport = TransportSettings()
-    elif not isinstance(transport, TransportSettings):
+        return TransportSettings()
+    if not isinstance(transport, TransportSettings):
         raise TypeError(f"transport must be a TransportSettings or None, got {type(transport).__name__}")
-    return run_intra_video_loss(sim, query_mask, clip_mask, settings, transport, reduction, details, validate_args)
+    return transport
 
 
-intra_video_loss, intra_video_loss_details = loss_entries(
-    _intra_video_loss_entry, IntraVideoLossDetails, "intra_video_loss")
-
-
-def run_intra_video_loss(
+def _intra_video_loss(
     sim: torch.Tensor,
     query_mask: torch.Tensor | None,
     clip_mask: torch.Tensor | None,
+    *,
     settings: IntraVideoSettings,
     transport: TransportSettings,
     reduction: Reduction,
-    details: bool,
     validate_args: bool | None,
-) -> torch.Tensor | IntraVideoLossDetails:
-    """:func:`intra_video_loss` with its settings already checked (the path of
-    :class:`~evidential_prvr.IntraVideoEvidentialLoss`). The plan is always a stop-gradient label,
-    whatever ``transport.grad`` says; ``"ot"`` and ``"softmax"`` ignore the dustbin."""
+) -> IntraVideoLossDetails:
+    """L_intra (Holmes §3.3) with checked ``settings`` and ``transport``: what :func:`intra_video_loss`,
+    :func:`intra_video_loss_details` and :class:`~evidential_prvr.IntraVideoEvidentialLoss` compute.
+
+    Checks ``reduction`` and the tensors. The plan is always a stop-gradient label, whatever
+    ``transport.grad`` says; ``"ot"`` and ``"softmax"`` ignore the dustbin.
+    """
     check_choice(reduction, "reduction", REDUCTIONS)
     if settings.assignment == "fot" and transport.dustbin_quantile is None:
         raise ValueError("assignment='fot' needs a dustbin: dustbin_quantile must be a number in (0, 1), got None")
@@ -246,13 +305,13 @@ def run_intra_video_loss(
     else:
         plan = _flexible_ot(sim, qmask, cmask, valid, dense, transport, validate, False)  # transport: detached
         similarity = plan.similarity  # keeps its gradient
-        target = plan.assignment.detach()
+        target = plan.assignment.detach()  # Eq. 20
 
-    alpha = _evidence(similarity, settings.tau, settings.tanh_scaling) + 1.0
+    alpha = _evidence(similarity, settings.tau, settings.tanh_scaling) + 1.0  # Eq. 3-4
     alpha = torch.where(valid, alpha, torch.zeros_like(alpha))
     # a padded query row has alpha = 0 everywhere; give it a harmless dummy row and mask it out
     safe_alpha = torch.where(qmask.unsqueeze(2), alpha, torch.ones_like(alpha))
-    per_query = torch.where(qmask, _dirichlet_mse(safe_alpha, target), torch.zeros_like(alpha[..., 0]))
+    per_query = torch.where(qmask, _dirichlet_mse(safe_alpha, target), torch.zeros_like(alpha[..., 0]))  # Eq. 17
     n_valid = qmask.sum(dim=1)
     per_video = per_query.sum(dim=1) / n_valid.clamp_min(1).to(per_query.dtype)
     has_query = n_valid > 0
@@ -262,6 +321,4 @@ def run_intra_video_loss(
         loss = (per_video * has_query).sum()
     else:
         loss = (per_video * has_query).sum() / has_query.sum().clamp_min(1).to(per_query.dtype)
-    if not details:
-        return loss
     return IntraVideoLossDetails(loss, per_query, per_video, alpha, target, plan)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +31,6 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr._docs import insert_docs
-from evidential_prvr._entry_points import loss_entries
 from evidential_prvr._numerics import normalize_rows
 from evidential_prvr._overrides import settings_fields
 from evidential_prvr.choices import (
@@ -58,22 +55,6 @@ __all__ = [
     "base_retrieval_loss",
     "base_retrieval_loss_details",
 ]
-
-
-
-_ROW_LOSS_RETURNS = """\
-Returns
--------
-torch.Tensor
-    Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input."""
-_REDUCTION_AND_CHECKS = """\
-reduction : {"mean", "sum", "none"}
-    See the module documentation.
-validate_args : bool, optional
-    Check values (finite ``sim``, valid positives); host synchronisations.
-
-""" + _ROW_LOSS_RETURNS
-"""The end of the parameters and the returns of :func:`triplet_ranking_loss` and :func:`info_nce_loss`."""
 
 
 def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
@@ -147,7 +128,6 @@ def _positive_mean(s: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     return (s * own).sum(dim=1) / own.sum(dim=1).clamp(min=1)
 
 
-@insert_docs(reduction_and_checks=_REDUCTION_AND_CHECKS)
 def triplet_ranking_loss(
     sim: torch.Tensor,
     query_video: torch.Tensor,
@@ -196,7 +176,15 @@ def triplet_ranking_loss(
         Random source for the negative draw (on the device of ``sim``).
     video_negative : {"hardest", "pool"}
         Video→text hard-negative rule when ``hard_negative_topk`` is set.
-    {reduction_and_checks}
+    reduction : {"mean", "sum", "none"}
+        See the module documentation.
+    validate_args : bool, optional
+        Check values (finite ``sim``, valid positives); host synchronisations.
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input.
 
     Examples
     --------
@@ -241,7 +229,6 @@ def _triplet_rows(
     return hinge_t2v + _share_video_terms(hinge_v2t, own)
 
 
-@insert_docs(reduction_and_checks=_REDUCTION_AND_CHECKS)
 def info_nce_loss(
     sim: torch.Tensor,
     query_video: torch.Tensor,
@@ -283,7 +270,15 @@ def info_nce_loss(
         ``LongTensor [Q]`` video index of each query, or ``{0, 1}`` matrix ``[Q, V]`` (``"release"`` only).
     video_to_text : {"release", "paper"}
         Which video→text form to use (see above).
-    {reduction_and_checks}
+    reduction : {"mean", "sum", "none"}
+        See the module documentation.
+    validate_args : bool, optional
+        Check values (finite ``sim``, valid positives); host synchronisations.
+
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input.
 
     Examples
     --------
@@ -332,7 +327,6 @@ def _info_nce_rows(sim: torch.Tensor, own: torch.Tensor, video_to_text: NCEVideo
     return rows + torch.logaddexp(positive, negative_lse[video]) - positive
 
 
-@insert_docs(returns=_ROW_LOSS_RETURNS)
 def query_diversity_loss(
     query_emb: torch.Tensor,
     query_video: torch.Tensor,
@@ -375,7 +369,10 @@ def query_diversity_loss(
     validate_args : bool, optional
         Check values (finite embeddings, valid positives); host synchronisations.
 
-    {returns}
+    Returns
+    -------
+    torch.Tensor
+        Scalar loss (``[Q]`` for ``"none"``), in float32 for half-precision input.
 
     Examples
     --------
@@ -443,7 +440,6 @@ and :class:`BaseLossSettings`."""
 
 
 @dataclass(frozen=True, kw_only=True)
-@insert_docs(base=BASE_LOSS_PARAMETERS)
 class BaseLossSettings:
     """The hyperparameters of the basic objectives (Holmes App. B.1, Eq. 22-23), checked once.
 
@@ -453,7 +449,15 @@ class BaseLossSettings:
 
     Attributes
     ----------
-    {base}
+    margin : float
+        Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+    video_negative : {"hardest", "pool"}
+        Video→text hard-negative rule once hard negatives are on, see
+        :func:`~evidential_prvr.functional.triplet_ranking_loss`.
+    nce_video_to_text : {"release", "paper"}
+        Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
+    div_alpha, div_delta, div_lambda : float
+        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
     hard_negative_topk : int
         Pool of hardest negatives the text→video triplet draws from once hard negatives are on.
 
@@ -564,9 +568,7 @@ BASE_RETRIEVAL_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_w
 (``hard_negative_topk`` is its own argument there: ``None`` means random negatives)."""
 
 
-@insert_docs(base=BASE_LOSS_PARAMETERS)
-def _base_retrieval_loss(
-    details: bool,
+def base_retrieval_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_emb: torch.Tensor,
@@ -587,7 +589,7 @@ def _base_retrieval_loss(
     generator: torch.Generator | None = None,
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
-) -> torch.Tensor | BaseRetrievalLossDetails:
+) -> torch.Tensor:
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23).
 
     .. math::
@@ -608,7 +610,15 @@ def _base_retrieval_loss(
         ``LongTensor [Q]`` video index of each query, or ``{0, 1}`` matrix ``[Q, V]``.
     frame_logits, clip_logits : torch.Tensor, optional
         ``[Q, V]`` unnormalised scores for InfoNCE; default to ``frame_sim`` / ``clip_sim``.
-    {base}
+    margin : float
+        Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
+    video_negative : {"hardest", "pool"}
+        Video→text hard-negative rule once hard negatives are on, see
+        :func:`~evidential_prvr.functional.triplet_ranking_loss`.
+    nce_video_to_text : {"release", "paper"}
+        Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
+    div_alpha, div_delta, div_lambda : float
+        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
     frame_nce_weight, clip_nce_weight, div_weight : float
         :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0).
     hard_negative_topk : int or None
@@ -633,7 +643,70 @@ def _base_retrieval_loss(
     >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8], [0.7, 0.1]])
     >>> base_retrieval_loss(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]), margin=0.2).shape
     torch.Size([])
+
+    References
+    ----------
+    Holmes (ICML 2026), App. B.1, Eq. 22-23.
+    """
+    settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight, clip_nce_weight=clip_nce_weight,
+                                     div_weight=div_weight, div_alpha=div_alpha, div_delta=div_delta,
+                                     div_lambda=div_lambda, video_negative=video_negative,
+                                     nce_video_to_text=nce_video_to_text)
+    if hard_negative_topk is not None:
+        settings = dataclasses.replace(settings, hard_negative_topk=hard_negative_topk)
+    return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings=settings,
+                                hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
+                                clip_logits=clip_logits, generator=generator, reduction=reduction,
+                                validate_args=validate_args, diversity=None).loss
+
+
+def base_retrieval_loss_details(
+    frame_sim: torch.Tensor,
+    clip_sim: torch.Tensor,
+    query_emb: torch.Tensor,
+    query_video: torch.Tensor,
+    *,
+    frame_logits: torch.Tensor | None = None,
+    clip_logits: torch.Tensor | None = None,
+    margin: float = 0.2,
+    frame_nce_weight: float = 0.04,
+    clip_nce_weight: float = 0.02,
+    div_weight: float = 0.003,
+    div_alpha: float = 32.0,
+    div_delta: float = 0.2,
+    div_lambda: float = 1.0,
+    video_negative: VideoNegative = "hardest",
+    nce_video_to_text: NCEVideoToText = "release",
+    hard_negative_topk: int | None = None,
+    generator: torch.Generator | None = None,
+    reduction: Reduction = "mean",
+    validate_args: bool | None = None,
+) -> BaseRetrievalLossDetails:
+    r"""Every term that :func:`base_retrieval_loss` computes, and its ``loss`` (Holmes Eq. 22 + Eq. 23).
+
+    Parameters
+    ----------
+    frame_sim, clip_sim, query_emb, query_video, frame_logits, clip_logits
+        The scores, embeddings and positives, as :func:`base_retrieval_loss` takes them.
+    margin, video_negative, nce_video_to_text, div_alpha, div_delta, div_lambda
+        The settings of :func:`base_retrieval_loss`.
+    frame_nce_weight, clip_nce_weight, div_weight
+        Its weights.
+    hard_negative_topk, generator
+        Its triplet negatives.
+    reduction, validate_args
+        As in :func:`base_retrieval_loss` (``reduction`` applies to every term).
+
+    Returns
+    -------
+    BaseRetrievalLossDetails
+        Each term unweighted; its ``loss`` is what :func:`base_retrieval_loss` returns.
+
+    Examples
+    --------
+    >>> import torch
     >>> from evidential_prvr.functional import base_retrieval_loss_details
+    >>> sim = torch.tensor([[0.9, 0.2], [0.3, 0.8], [0.7, 0.1]])
     >>> details = base_retrieval_loss_details(sim, sim, torch.eye(3), torch.tensor([0, 1, 0]))
     >>> details.frame_triplet, details.clip_triplet
     (tensor(0.), tensor(0.))
@@ -648,37 +721,35 @@ def _base_retrieval_loss(
                                      nce_video_to_text=nce_video_to_text)
     if hard_negative_topk is not None:
         settings = dataclasses.replace(settings, hard_negative_topk=hard_negative_topk)
-    return run_base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings,
-                                   hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
-                                   clip_logits=clip_logits, generator=generator, reduction=reduction,
-                                   details=details, validate_args=validate_args)
+    return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings=settings,
+                                hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
+                                clip_logits=clip_logits, generator=generator, reduction=reduction,
+                                validate_args=validate_args, diversity=None)
 
 
-base_retrieval_loss, base_retrieval_loss_details = loss_entries(
-    _base_retrieval_loss, BaseRetrievalLossDetails, "base_retrieval_loss")
-
-
-def run_base_retrieval_loss(
+def _base_retrieval_loss(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     query_emb: torch.Tensor,
     query_video: torch.Tensor,
-    settings: BaseRetrievalSettings,
     *,
+    settings: BaseRetrievalSettings,
     hard_negatives: bool,
     frame_logits: torch.Tensor | None,
     clip_logits: torch.Tensor | None,
     generator: torch.Generator | None,
     reduction: Reduction,
-    details: bool,
     validate_args: bool | None,
-    diversity: torch.Tensor | None = None,
-) -> torch.Tensor | BaseRetrievalLossDetails:
-    """:func:`base_retrieval_loss` with its settings already checked (the path of
-    :class:`~evidential_prvr.BaseRetrievalLoss`); ``hard_negatives`` draws the triplet negatives from the
-    ``settings.hard_negative_topk`` hardest. ``diversity``, when given, holds the per-query L_div
-    contributions ``[Q]`` computed elsewhere (the distributed path computes them on each rank's own
-    queries) and ``query_emb`` is not used."""
+    diversity: torch.Tensor | None,
+) -> BaseRetrievalLossDetails:
+    """L_base (Holmes Eq. 22 + Eq. 23) with checked ``settings``: what :func:`base_retrieval_loss`,
+    :func:`base_retrieval_loss_details` and :class:`~evidential_prvr.BaseRetrievalLoss` compute.
+
+    Checks the tensors and ``reduction``. ``hard_negatives`` draws the triplet negatives from the
+    ``settings.hard_negative_topk`` hardest (otherwise uniformly). ``diversity``, when given, holds the
+    per-query L_div contributions ``[Q]`` computed elsewhere (the distributed path computes them on each
+    rank's own queries) and ``query_emb`` is not used.
+    """
     validate = should_validate(validate_args)
     own = _check_sim(frame_sim, query_video, "frame_sim", validate)
     _check_sim(clip_sim, query_video, "clip_sim", validate)
@@ -708,19 +779,17 @@ def run_base_retrieval_loss(
     if s.nce_video_to_text == "paper" and query_video.dim() != 1:
         raise ValueError("nce_video_to_text='paper' needs one positive per query: query_video must be indices [Q]")
 
-    same_video = (own.to(torch.float32) @ own.to(torch.float32).t()) > 0 if diversity is None else None
+    if diversity is None:  # Eq. 23 over the queries that share a video
+        same_video = (own.to(torch.float32) @ own.to(torch.float32).t()) > 0
+        diversity = _diversity_rows(query_emb, same_video, s.div_alpha, s.div_delta, s.div_lambda)
     rows = {
         "frame_triplet": _triplet_rows(frame_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
         "clip_triplet": _triplet_rows(clip_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
         "frame_nce": _info_nce_rows(frame_logits, own, s.nce_video_to_text),
         "clip_nce": _info_nce_rows(clip_logits, own, s.nce_video_to_text),
-        "diversity": (_diversity_rows(query_emb, cast(torch.Tensor, same_video),  # a tensor without diversity
-                                      s.div_alpha, s.div_delta, s.div_lambda)
-                      if diversity is None else diversity),
+        "diversity": diversity,
     }
-    total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]
+    total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]  # Eq. 22
              + s.clip_nce_weight * rows["clip_nce"] + s.div_weight * rows["diversity"])
-    loss = reduce_rows(total, reduction)
-    if not details:
-        return loss
-    return BaseRetrievalLossDetails(loss, **{name: reduce_rows(r, reduction) for name, r in rows.items()})
+    return BaseRetrievalLossDetails(reduce_rows(total, reduction),
+                                    **{name: reduce_rows(r, reduction) for name, r in rows.items()})

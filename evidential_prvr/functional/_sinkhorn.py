@@ -20,6 +20,12 @@ Two numerically different but mathematically identical iteration schemes are off
 ``"log"`` otherwise. Deciding needs the range of the scores: one host synchronisation before the
 loop (none inside it), or none at all when the caller knows a bound (:func:`flexible_ot` with
 min-max normalised similarities does) or when validation is off (then ``"auto"`` means ``"log"``).
+
+The iterations are one eager loop of a few small tensor operations each (the loops at the end of this
+file). To fuse them, compile the caller: ``torch.compile(FlexibleOT(...))``, or
+``torch.compile(flexible_ot)`` / ``torch.compile(sinkhorn)``. The loop traces into one graph
+(``fullgraph=True``) when nothing reads a tensor on the host: ``tol=None``, and either validation off or,
+for ``method="auto"``, a range known beforehand (:func:`flexible_ot` with min-max normalisation).
 """
 
 from __future__ import annotations
@@ -39,7 +45,6 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr.choices import SINKHORN_GRADS, SINKHORN_METHODS, SinkhornGrad, SinkhornMethod
-from evidential_prvr.functional._sinkhorn_loops import fill_invalid, sinkhorn_loop
 
 __all__ = [
     "SINKHORN_METHODS",
@@ -116,7 +121,7 @@ def select_sinkhorn_method(
         valid = valid & (a > 0).unsqueeze(2)
     if b is not None:
         valid = valid & (b > 0).unsqueeze(1)
-    _, low, high = fill_invalid(x, valid)
+    _, low, high = _fill_invalid(x, valid)
     spread = float((high - low).max()) / epsilon if x.shape[0] else 0.0
     return "scaling" if spread <= _auto_bound(dtype, differentiating) else "log"
 
@@ -318,7 +323,7 @@ def _sinkhorn(
             )
     elif method == "auto":
         method = "log"
-    solve = sinkhorn_loop(method, scores, settings.tol, differentiating)
+    solve = _scaling_loop if method == "scaling" else _log_loop
     with torch.set_grad_enabled(differentiating):
         x = scores.to(dtype) if settings.grad == "autodiff" else scores.detach().to(dtype)
         return solve(x, a.detach().to(dtype), b.detach().to(dtype), settings.epsilon, settings.n_iters, settings.tol,
@@ -328,5 +333,84 @@ def _sinkhorn(
 def _valid_spread(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest range of ``scores`` over the valid entries of a problem (0 for one with nothing to transport)."""
     valid = (a > 0).unsqueeze(2) & (b > 0).unsqueeze(1)
-    _, low, high = fill_invalid(scores, valid)
+    _, low, high = _fill_invalid(scores, valid)
     return float((high - low).max())
+
+
+# --- the loops: the scaling and the log-domain iterations, one eager loop each ------------------------------------
+def _fill_invalid(
+    scores: torch.Tensor, valid: torch.Tensor, maybe_empty: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Replace masked entries by the problem's valid minimum; also return the valid min and max."""
+    inf = torch.tensor(float("inf"), dtype=scores.dtype, device=scores.device)
+    low = torch.where(valid, scores, inf).amin(dim=(1, 2), keepdim=True)
+    high = torch.where(valid, scores, -inf).amax(dim=(1, 2), keepdim=True)
+    if maybe_empty:  # problems without any valid entry get a harmless range of 0
+        low = torch.where(torch.isfinite(low), low, torch.zeros_like(low))
+        high = torch.where(torch.isfinite(high), high, low)
+    return torch.where(valid, scores, low), low, high
+
+
+def _problem(
+    scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``C = scores / epsilon`` with masked entries filled, its valid maximum, the marginals (problems with
+    nothing to transport become a dummy uniform problem) and the entries the plan keeps."""
+    batch, n, m = scores.shape
+    row_valid, col_valid = a > 0, b > 0
+    valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
+    solvable = (row_valid.any(dim=1) & col_valid.any(dim=1)).view(batch, 1, 1)
+    x = torch.where(valid, scores, torch.zeros((), dtype=scores.dtype, device=scores.device))
+    a = torch.where(solvable.view(batch, 1), a, torch.full_like(a, 1.0 / n))
+    b = torch.where(solvable.view(batch, 1), b, torch.full_like(b, 1.0 / m))
+    log_gibbs, _, high = _fill_invalid(x / epsilon, valid | ~solvable, maybe_empty=False)
+    return log_gibbs, high.detach(), a, b, valid & solvable
+
+
+def _scaling_loop(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float, n_iters: int,
+                  tol: float | None, check_every: int) -> torch.Tensor:
+    """Scaling iterations :math:`u = a / K\\tilde v`, :math:`v = b / K^\\top u` with batched products.
+
+    The Gibbs matrix holds :math:`e^{C - \\max C} \\in [e^{-R}, 1]`. The column scaling is divided by its
+    maximum before each row update; the plan :math:`\\mathrm{diag}(u) K \\mathrm{diag}(v)` does not
+    depend on that scale, and with it :math:`K\\tilde v \\in [e^{-R}, m]`, so :math:`u` and :math:`v`
+    stay within :math:`e^{\\pm R}` times ratios of the marginals and never overflow or vanish.
+    """
+    log_gibbs, high, a, b, keep = _problem(scores, a, b, epsilon)
+    gibbs = torch.exp(log_gibbs - high)
+    # u as a column [B, n, 1] and v as a row [B, 1, m]: both products are broadcast-multiply-sums.
+    # The gradient through the normaliser max(v) sums to zero (the plan does not depend on it).
+    a_col, b_row = a.unsqueeze(2), b.unsqueeze(1)
+    v = torch.ones_like(b_row)
+    u = a_col
+    for it in range(1, n_iters + 1):
+        u = a_col / (gibbs * (v / v.amax(dim=2, keepdim=True))).sum(dim=2, keepdim=True)
+        v = b_row / (gibbs * u).sum(dim=1, keepdim=True)
+        if tol is not None and it % check_every == 0 and it < n_iters:
+            row_mass = u * (gibbs * v).sum(dim=2, keepdim=True)
+            if _converged(row_mass.squeeze(2), a, tol):
+                break
+    return torch.where(keep, u * gibbs * v, torch.zeros_like(gibbs))
+
+
+def _log_loop(scores: torch.Tensor, a: torch.Tensor, b: torch.Tensor, epsilon: float, n_iters: int,
+              tol: float | None, check_every: int) -> torch.Tensor:
+    """Log-domain iterations: every log-sum-exp runs over the full ``[B, n, m]`` tensor."""
+    log_gibbs, _, a, b, keep = _problem(scores, a, b, epsilon)
+    log_a, log_b = torch.log(a), torch.log(b)
+    f = torch.zeros_like(log_a)
+    g = torch.zeros_like(log_b)
+    for it in range(1, n_iters + 1):
+        f = log_a - torch.logsumexp(log_gibbs + g.unsqueeze(1), dim=2)
+        g = log_b - torch.logsumexp(log_gibbs + f.unsqueeze(2), dim=1)
+        if tol is not None and it % check_every == 0 and it < n_iters:
+            row_mass = torch.exp(f + torch.logsumexp(log_gibbs + g.unsqueeze(1), dim=2))
+            if _converged(row_mass, a, tol):
+                break
+    plan = torch.exp(log_gibbs + f.unsqueeze(2) + g.unsqueeze(1))
+    return torch.where(keep, plan, torch.zeros_like(plan))
+
+
+def _converged(row_mass: torch.Tensor, a: torch.Tensor, tol: float) -> bool:
+    """Largest L1 violation of the row marginals over the batch is within ``tol`` (one host sync)."""
+    return float((row_mass - a).abs().sum(dim=1).max()) <= tol

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 
 from evidential_prvr._checks import check_positive_int, check_tensor
-from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr.functional._gaussian import DiagonalGaussian, pairwise_gaussian_kl
 from evidential_prvr.probabilistic import _common
 from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
@@ -87,7 +86,6 @@ class DABAlignmentOutput:
     gaussians: DABGaussians
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class DABAlignment(_InputChecks):
     """DAB's full alignment objective: heads → bridge on the text side → KL cost → PAC loss.
 
@@ -121,7 +119,9 @@ class DABAlignment(_InputChecks):
         Bridge settings, see :class:`DistributionBridge`.
     logvar_bounds : tuple of float
         Log-variance clipping range used by all heads and the bridge; default ``(-6.0, 2.0)``.
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------

@@ -8,14 +8,13 @@ class and collected in ``docs/guide/probabilistic.rst``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, TypedDict, cast
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr._checks import check_in_range, check_positive, check_tensor
-from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr.functional._bridge_distillation import bridge_distillation_loss
 from evidential_prvr.functional._dab import (
     bounded_contraction,
@@ -28,57 +27,34 @@ from evidential_prvr.functional._gaussian import DiagonalGaussian, _check_gaussi
 from evidential_prvr.probabilistic import _common
 from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-
-_BOUNDS_AND_CHECKS = """\
-logvar_bounds : tuple of float
-    Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
-""" + FINITE_INPUTS
-"""The last two parameters of the DAB Gaussian modules."""
-
-_DRIFT_SETTINGS = """\
-hidden_dim : int, optional
-    Hidden size of the drift MLP (default ``dim``).
-time_dim : int, default 128
-    Size of the sinusoidal time embedding.
-""" + _BOUNDS_AND_CHECKS
-"""The keyword-only parameters of the DAB bridges (:class:`_DriftSettings`)."""
-
 
 class _LogVarHead(_InputChecks):
-    """Shared constructor of the DAB heads that end in a clipped log-variance ``Linear(dim_in, dim_out)``.
+    """What the DAB heads share: the checked sizes and bounds, and their last layer, a clipped log-variance
+    ``Linear(dim_in, dim_out)`` (:meth:`_logvar_layer`).
 
-    Validates the sizes and bounds, lets the subclass add its own layers (``_build_layers``), then adds
-    ``self.logvar`` with its bias set to ``logvar_init``. ``logvar`` comes last so that the parameter
-    order, and hence the seeded random initialisation, is the subclass's layers followed by ``logvar``.
+    Each head adds its own layers in its ``__init__`` and then ``self.logvar = self._logvar_layer(logvar_init)``
+    last, so that the parameter order, and hence the seeded random initialisation, is the head's layers
+    followed by ``logvar``.
     """
 
     def __init__(
-        self,
-        dim_in: int,
-        dim_out: int,
-        *,
-        logvar_init: float = -2.0,
-        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
-        validate_args: bool | None = None,
+        self, dim_in: int, dim_out: int, *, logvar_bounds: tuple[float, float], validate_args: bool | None
     ) -> None:
         super().__init__(validate_args)
         _common.check_sizes(dim_in=dim_in, dim_out=dim_out)
         self.logvar_bounds = _common.check_bounds(logvar_bounds)
-        self.dim_in, self.dim_out = dim_in, dim_out
-        self._build_layers()
-        self.logvar = nn.Linear(dim_in, dim_out)
+        self.dim_in = dim_in
+        self.dim_out = dim_out
+
+    def _logvar_layer(self, logvar_init: float) -> nn.Linear:
+        """A new ``Linear(dim_in, dim_out)`` (PyTorch's default weight initialisation) with its bias set to
+        ``logvar_init``."""
+        layer = nn.Linear(self.dim_in, self.dim_out)
         with torch.no_grad():
-            self.logvar.bias.fill_(float(logvar_init))
-
-    def _build_layers(self) -> None:
-        """Add the layers that come before ``self.logvar`` (``self.dim_in``/``self.dim_out`` are set)."""
-        raise NotImplementedError
+            layer.bias.fill_(float(logvar_init))
+        return layer
 
 
-@insert_docs(bounds_and_checks=_BOUNDS_AND_CHECKS)
 class GaussianEmbeddingHead(_LogVarHead):
     """Map embeddings to diagonal Gaussians :math:`(\\mu, \\log\\sigma^2)` (DAB, Key Design 1).
 
@@ -101,7 +77,11 @@ class GaussianEmbeddingHead(_LogVarHead):
         Gaussian dimension :math:`D`.
     logvar_init : float, default -2.0
         Initial log-variance bias.
-    {bounds_and_checks}
+    logvar_bounds : tuple of float
+        Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -116,10 +96,20 @@ class GaussianEmbeddingHead(_LogVarHead):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 1.
     """
 
-    def _build_layers(self) -> None:
-        self.mean_norm = nn.LayerNorm(self.dim_in)
-        self.mean = nn.Linear(self.dim_in, self.dim_out)
-        self.logvar_norm = nn.LayerNorm(self.dim_in)
+    def __init__(
+        self,
+        dim_in: int,
+        dim_out: int,
+        *,
+        logvar_init: float = -2.0,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
+    ) -> None:
+        super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        self.mean_norm = nn.LayerNorm(dim_in)
+        self.mean = nn.Linear(dim_in, dim_out)
+        self.logvar_norm = nn.LayerNorm(dim_in)
+        self.logvar = self._logvar_layer(logvar_init)
 
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
@@ -131,7 +121,6 @@ class GaussianEmbeddingHead(_LogVarHead):
         return DiagonalGaussian(mu, logvar)
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class TokenUncertaintyHead(_LogVarHead):
     """Video log-variance from frame tokens (DAB, Key Design 1, token-based uncertainty head).
 
@@ -160,7 +149,9 @@ class TokenUncertaintyHead(_LogVarHead):
         Initial bias of the log-variance layer.
     logvar_bounds : tuple of float
         Clipping range; default ``(-6.0, 2.0)``.
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -174,9 +165,19 @@ class TokenUncertaintyHead(_LogVarHead):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 1 (token-based uncertainty head).
     """
 
-    def _build_layers(self) -> None:
-        self.attention = nn.MultiheadAttention(self.dim_in, num_heads=1, batch_first=True)
-        self.norm = nn.LayerNorm(self.dim_in)
+    def __init__(
+        self,
+        dim_in: int,
+        dim_out: int,
+        *,
+        logvar_init: float = -2.0,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
+    ) -> None:
+        super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        self.attention = nn.MultiheadAttention(dim_in, num_heads=1, batch_first=True)
+        self.norm = nn.LayerNorm(dim_in)
+        self.logvar = self._logvar_layer(logvar_init)
 
     def forward(
         self, tokens: torch.Tensor, base_logvar: torch.Tensor | None = None, mask: torch.Tensor | None = None
@@ -210,46 +211,41 @@ class TokenUncertaintyHead(_LogVarHead):
         return combine_video_log_variances(base_logvar.to(token_logvar.dtype), token_logvar).clamp(*self.logvar_bounds)
 
 
-class _DriftSettings(TypedDict, total=False):
-    """The keyword-only settings every DAB bridge takes (documented on each class)."""
-
-    hidden_dim: int | None
-    time_dim: int
-    logvar_bounds: tuple[float, float]
-    validate_args: bool | None
-
-
 class _DriftChain(_InputChecks):
-    """What DAB's bridges share: the constructor, the step sizes, the time embeddings and the zero-initialised
-    drift MLP ``Linear(_inputs * dim + time_dim, hidden) -> GELU -> Linear(hidden, 2 * dim)``; ``_inputs`` is the
-    number of ``dim``-sized parts the drift sees (2: the state; 4: the state and its target)."""
+    """What DAB's bridges share: the checked settings, the step sizes, the time embeddings and the
+    zero-initialised drift MLP ``Linear(inputs * dim + time_dim, hidden) -> GELU -> Linear(hidden, 2 * dim)``;
+    ``inputs`` is the number of ``dim``-sized parts the drift sees (2: the state; 4: the state and its target).
+    Each bridge writes its own ``__init__`` and passes its settings here by keyword."""
 
-    _inputs: ClassVar[int] = 2
-    if TYPE_CHECKING:  # the buffer registered in __init__
-        time_embeddings: torch.Tensor
+    time_embeddings: torch.Tensor  # the [n_steps, time_dim] buffer registered in __init__
 
     def __init__(
         self,
-        dim: int,
-        n_steps: int = 32,
-        total_steps: int = 1000,
-        step_range: tuple[float, float] = (0.2, 0.6),
         *,
-        hidden_dim: int | None = None,
-        time_dim: int = 128,
-        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
-        validate_args: bool | None = None,
+        inputs: int,
+        dim: int,
+        n_steps: int,
+        total_steps: int,
+        step_range: tuple[float, float],
+        hidden_dim: int | None,
+        time_dim: int,
+        logvar_bounds: tuple[float, float],
+        validate_args: bool | None,
     ) -> None:
         super().__init__(validate_args)
         _common.check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
         hidden = _common.hidden_size(hidden_dim, dim)
         if n_steps > total_steps:
             raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
-        self.dim, self.n_steps, self.total_steps, self.time_dim, self.hidden_dim = dim, n_steps, total_steps, time_dim, hidden
+        self.dim = dim
+        self.n_steps = n_steps
+        self.total_steps = total_steps
+        self.time_dim = time_dim
+        self.hidden_dim = hidden
         self.logvar_bounds = _common.check_bounds(logvar_bounds)
         self.step_range = cast("tuple[float, float]", tuple(float(v) for v in step_range))
         self.step_sizes = bridge_step_sizes(n_steps, self.step_range)
-        self.drift = nn.Sequential(nn.Linear(self._inputs * dim + time_dim, hidden), nn.GELU(),
+        self.drift = nn.Sequential(nn.Linear(inputs * dim + time_dim, hidden), nn.GELU(),
                                    nn.Linear(hidden, 2 * dim))
         output_layer = cast(nn.Linear, self.drift[-1])  # the Linear(hidden, 2 * dim) just built
         nn.init.zeros_(output_layer.weight)
@@ -260,7 +256,6 @@ class _DriftChain(_InputChecks):
         )
 
 
-@insert_docs(drift_settings=_DRIFT_SETTINGS)
 class DistributionBridge(_DriftChain):
     """Sampling-free, deterministic bridge that drifts a Gaussian in parameter space (DAB, Key Design 2).
 
@@ -294,7 +289,15 @@ class DistributionBridge(_DriftChain):
         Length :math:`N` of the full chain (DAB: 1000); must be >= ``n_steps``.
     step_range : tuple of float
         Range of :math:`\\chi_t`; default ``(0.2, 0.6)``.
-    {drift_settings}
+    hidden_dim : int, optional
+        Hidden size of the drift MLP (default ``dim``).
+    time_dim : int, default 128
+        Size of the sinusoidal time embedding.
+    logvar_bounds : tuple of float
+        Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -309,6 +312,22 @@ class DistributionBridge(_DriftChain):
     ----------
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
     """
+
+    def __init__(
+        self,
+        dim: int,
+        n_steps: int = 32,
+        total_steps: int = 1000,
+        step_range: tuple[float, float] = (0.2, 0.6),
+        *,
+        hidden_dim: int | None = None,
+        time_dim: int = 128,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
+    ) -> None:
+        super().__init__(inputs=2, dim=dim, n_steps=n_steps, total_steps=total_steps, step_range=step_range,
+                         hidden_dim=hidden_dim, time_dim=time_dim, logvar_bounds=logvar_bounds,
+                         validate_args=validate_args)
 
     def one_step_student(self) -> DistributionBridge:
         """A one-step bridge to distil this chain into (DAB, "Limitations & Future Work": one-step bridge
@@ -347,7 +366,6 @@ class DistributionBridge(_DriftChain):
         return DiagonalGaussian(mu, logvar)
 
 
-@insert_docs(drift_settings=_DRIFT_SETTINGS)
 class ConditionedDistributionBridge(_DriftChain):
     """The distribution bridge conditioned on its target video distribution, one chain per text-video pair
     (DAB, Key Design 2: "given a text distribution :math:`P_t` and a target video distribution :math:`Q_v`").
@@ -385,7 +403,15 @@ class ConditionedDistributionBridge(_DriftChain):
         Range of :math:`\\chi_t`; default ``(0.2, 0.6)``.
     contraction : float or None, default 0.8
         :math:`\\rho \\in (0, 1]` of the whole chain, or ``None``.
-    {drift_settings}
+    hidden_dim : int, optional
+        Hidden size of the drift MLP (default ``dim``).
+    time_dim : int, default 128
+        Size of the sinusoidal time embedding.
+    logvar_bounds : tuple of float
+        Clipping range of :math:`\\log\\sigma^2`; default ``(-6.0, 2.0)``.
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -402,12 +428,23 @@ class ConditionedDistributionBridge(_DriftChain):
     DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2.
     """
 
-    _inputs = 4  # the drift sees the state and its target video
-
-    def __init__(self, dim: int, n_steps: int = 32, total_steps: int = 1000,
-                 step_range: tuple[float, float] = (0.2, 0.6), *, contraction: float | None = 0.8,
-                 **settings: Unpack[_DriftSettings]) -> None:
-        super().__init__(dim, n_steps, total_steps, step_range, **settings)
+    def __init__(
+        self,
+        dim: int,
+        n_steps: int = 32,
+        total_steps: int = 1000,
+        step_range: tuple[float, float] = (0.2, 0.6),
+        *,
+        contraction: float | None = 0.8,
+        hidden_dim: int | None = None,
+        time_dim: int = 128,
+        logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        validate_args: bool | None = None,
+    ) -> None:
+        # inputs=4: the drift sees the state and its target video
+        super().__init__(inputs=4, dim=dim, n_steps=n_steps, total_steps=total_steps, step_range=step_range,
+                         hidden_dim=hidden_dim, time_dim=time_dim, logvar_bounds=logvar_bounds,
+                         validate_args=validate_args)
         if contraction is not None:
             check_in_range(contraction, "contraction", 0.0, 1.0, low_inclusive=False)
         self.contraction = contraction
@@ -447,7 +484,6 @@ class ConditionedDistributionBridge(_DriftChain):
         return DiagonalGaussian(mu, logvar)
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class ProbabilisticAlignmentContrastiveLoss(_InputChecks):
     """DAB's PAC loss as a module; see :func:`~evidential_prvr.functional.pac_loss` (Key Design 3).
 
@@ -456,7 +492,9 @@ class ProbabilisticAlignmentContrastiveLoss(_InputChecks):
     tau : float
         Temperature > 0 (no default: DAB does not report one, and it must match the scale of the
         KL costs, which grows with :math:`D`).
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -477,13 +515,12 @@ class ProbabilisticAlignmentContrastiveLoss(_InputChecks):
 
     def forward(self, cost: torch.Tensor) -> torch.Tensor:
         """Scalar loss for a ``[B, B]`` cost with positives on the diagonal (rows = texts, columns = videos)."""
-        return pac_loss(cost, self.tau, validate_args=self.validate_args)
+        return pac_loss(cost, tau=self.tau, validate_args=self.validate_args)
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}"
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class BridgeDistillationLoss(_InputChecks):
     """One-step bridge distillation as a module: a student bridge against the end points of its teacher chain.
 
@@ -493,7 +530,9 @@ class BridgeDistillationLoss(_InputChecks):
 
     Parameters
     ----------
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -513,6 +552,9 @@ class BridgeDistillationLoss(_InputChecks):
     "Limitations & Future Work" (one-step bridge distillation).
     """
 
+    def __init__(self, validate_args: bool | None = None) -> None:
+        super().__init__(validate_args)
+
     def forward(self, student: DistributionBridge, mu: torch.Tensor, logvar: torch.Tensor, teacher_mu: torch.Tensor,
                 teacher_logvar: torch.Tensor) -> torch.Tensor:
         """Scalar loss: ``student(mu, logvar)`` against the teacher's end points ``(teacher_mu, teacher_logvar)``,
@@ -521,5 +563,5 @@ class BridgeDistillationLoss(_InputChecks):
             raise TypeError(f"student must be a DistributionBridge (e.g. teacher.one_step_student()), got "
                             f"{type(student).__name__}")
         landed = student(mu, logvar)
-        return bridge_distillation_loss(landed.mu, landed.logvar, teacher_mu, teacher_logvar,
-                                        validate_args=self.validate_args)
+        return bridge_distillation_loss(student_mu=landed.mu, student_logvar=landed.logvar, teacher_mu=teacher_mu,
+                                        teacher_logvar=teacher_logvar, validate_args=self.validate_args)

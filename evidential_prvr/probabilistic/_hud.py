@@ -7,14 +7,11 @@ Equation numbers refer to that paper; open choices are documented on each class 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_positive, check_positive_int
-from evidential_prvr._docs import FINITE_INPUTS, insert_docs
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import (
     TOKEN_MATCHING,
@@ -26,7 +23,6 @@ from evidential_prvr.probabilistic import _common
 from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class ProbabilisticTextEmbedding(_InputChecks):
     """Gaussian embedding of the modification text, conditioned on the reference video (HUD Eq. 2).
 
@@ -61,7 +57,9 @@ class ProbabilisticTextEmbedding(_InputChecks):
         Heads of each cross-attention (HUD does not say); must divide ``dim``.
     logvar_bounds : tuple of float
         Clipping range of :math:`\\log\\sigma^2` (a library choice; HUD does not clip); default ``(-6.0, 2.0)``.
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -162,7 +160,6 @@ def _two_cross_attentions(
     return first_out, second_out
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class ComposeByWeights(_InputChecks):
     """Compose text and reference with MLP-predicted element-wise weights (HUD Eq. 4-5).
 
@@ -182,7 +179,9 @@ class ComposeByWeights(_InputChecks):
         Embedding size :math:`D_H`.
     hidden_dim : int, optional
         Hidden size of the MLP (default ``dim``).
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -230,7 +229,6 @@ class ComposeByWeights(_InputChecks):
         return w_alpha * text + w_beta * reference
 
 
-@insert_docs(validate_args=FINITE_INPUTS)
 class BiasedMaxSimilarity(_InputChecks):
     """HUD's similarity with a learnable per-token bias :math:`\\mathbf{b}` (Eq. 10-11).
 
@@ -243,7 +241,9 @@ class BiasedMaxSimilarity(_InputChecks):
         Number :math:`K` of composed tokens (holistic: :math:`1 + U`).
     token_matching : {"max", "paired"}
         See :func:`~evidential_prvr.functional.biased_max_similarity`.
-    {validate_args}
+    validate_args : bool, optional
+        Check that the inputs are finite (host synchronisations); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
 
     Examples
     --------
@@ -266,44 +266,17 @@ class BiasedMaxSimilarity(_InputChecks):
 
     def forward(self, composed_tokens: torch.Tensor, target_tokens: torch.Tensor) -> torch.Tensor:
         """``[B_q, B_t]`` similarities of ``[B_q, K, D]`` composed tokens and ``[B_t, M, D]`` target tokens."""
-        return biased_max_similarity(composed_tokens, target_tokens, self.bias, token_matching=self.token_matching,
-                                     validate_args=self.validate_args)
+        return biased_max_similarity(composed_tokens=composed_tokens, target_tokens=target_tokens, bias=self.bias,
+                                     token_matching=self.token_matching, validate_args=self.validate_args)
 
 
-_TAU_PARAMETER = """\
-Parameters
-----------
-tau : float, default 0.1
-    Temperature (HUD: 0.1)."""
-"""The one hyperparameter of the two HUD loss modules."""
-
-
-class _SimilarityPairLoss(nn.Module):
-    """Module form of a HUD loss on ``[B, B]`` holistic and atomistic similarities with temperature ``tau``.
-
-    Subclasses name the functional loss in ``_loss``.
-    """
-
-    _loss: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
-
-    def __init__(self, tau: float = 0.1) -> None:
-        super().__init__()
-        check_positive(tau, "tau")
-        self.tau = float(tau)
-
-    def forward(self, holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor) -> torch.Tensor:
-        """Scalar loss from ``[B, B]`` holistic and atomistic similarities (rows = composed queries)."""
-        return self._loss(holistic_sim, atomistic_sim, self.tau)
-
-    def extra_repr(self) -> str:
-        return f"tau={self.tau}"
-
-
-@insert_docs(parameters=_TAU_PARAMETER)
-class BatchClassificationLoss(_SimilarityPairLoss):
+class BatchClassificationLoss(nn.Module):
     """HUD's :math:`\\mathcal{L}_{rank}` (Eq. 12); see :func:`~evidential_prvr.functional.batch_classification_loss`.
 
-    {parameters}
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Temperature (HUD: 0.1).
 
     Examples
     --------
@@ -317,15 +290,27 @@ class BatchClassificationLoss(_SimilarityPairLoss):
     HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 12.
     """
 
-    _loss = staticmethod(batch_classification_loss)
+    def __init__(self, tau: float = 0.1) -> None:
+        super().__init__()
+        check_positive(tau, "tau")
+        self.tau = float(tau)
+
+    def forward(self, holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor) -> torch.Tensor:
+        """Scalar loss from ``[B, B]`` holistic and atomistic similarities (rows = composed queries)."""
+        return batch_classification_loss(holistic_sim, atomistic_sim, tau=self.tau)
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}"
 
 
-@insert_docs(parameters=_TAU_PARAMETER)
-class HolisticAtomisticConsistencyLoss(_SimilarityPairLoss):
+class HolisticAtomisticConsistencyLoss(nn.Module):
     """HUD's :math:`\\mathcal{L}_{H\\leftrightarrow A}` (Eq. 13-14); see
     :func:`~evidential_prvr.functional.holistic_atomistic_consistency_loss`.
 
-    {parameters}
+    Parameters
+    ----------
+    tau : float, default 0.1
+        Temperature (HUD: 0.1).
 
     Examples
     --------
@@ -339,4 +324,14 @@ class HolisticAtomisticConsistencyLoss(_SimilarityPairLoss):
     HUD: "Hierarchical Uncertainty-Aware Disambiguation Network for Composed Video Retrieval", Eq. 13-14.
     """
 
-    _loss = staticmethod(holistic_atomistic_consistency_loss)
+    def __init__(self, tau: float = 0.1) -> None:
+        super().__init__()
+        check_positive(tau, "tau")
+        self.tau = float(tau)
+
+    def forward(self, holistic_sim: torch.Tensor, atomistic_sim: torch.Tensor) -> torch.Tensor:
+        """Scalar loss from ``[B, B]`` holistic and atomistic similarities (rows = composed queries)."""
+        return holistic_atomistic_consistency_loss(holistic_sim, atomistic_sim, tau=self.tau)
+
+    def extra_repr(self) -> str:
+        return f"tau={self.tau}"

@@ -12,17 +12,20 @@ Retrieval". Choices the paper leaves open are documented on each class and in ``
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._checks import check_choice, check_positive, check_positive_int, check_tensor
-from evidential_prvr._overrides import resolve_overrides
+from evidential_prvr._checks import check_positive, check_positive_int, check_tensor
+from evidential_prvr._module_bases import PresetModule
+from evidential_prvr.choices import HUDDatasetName, HUDPreset
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import max_token_similarity
+from evidential_prvr.presets import hud_settings
 from evidential_prvr.probabilistic import _common
 from evidential_prvr.probabilistic._hud import (
     BatchClassificationLoss,
@@ -31,9 +34,6 @@ from evidential_prvr.probabilistic._hud import (
     HolisticAtomisticConsistencyLoss,
     ProbabilisticTextEmbedding,
 )
-
-HUD_PRESETS = ("paper",)
-HUD_DATASETS = ("webvid-covr",)
 
 
 class QueryTokenAttention(nn.Module):
@@ -403,7 +403,7 @@ def _unweighted_similarity(composed: torch.Tensor, target: torch.Tensor) -> torc
     return max_token_similarity(composed, target).mean(dim=1)
 
 
-class HUDObjective(nn.Module):
+class HUDObjective(PresetModule):
     """HUD's composition, holistic-to-atomistic alignment and loss, from atomistic tokens (HUD Eq. 2-15).
 
     Inputs are the reference video's atomistic tokens :math:`F_r^A` ``[B, T, D_A]`` (the output of HUD's
@@ -433,6 +433,11 @@ class HUDObjective(nn.Module):
     in the pooling and the attention, and the composed tokens at padded positions are replaced by copies of a
     valid one. The number of reference tokens is fixed (the bias of Eq. 10 has one entry per token).
 
+    :meth:`from_preset`: ``"paper"`` (:func:`~evidential_prvr.presets.hud_settings`; ``dataset`` ``None`` or
+    ``"webvid-covr"``, the composed video retrieval settings): U = 8, tau = 0.1, kappa = 0.5, every part on.
+    ``dim``, ``holistic_dim`` and ``num_reference_tokens`` depend on the backbone and are the caller's
+    arguments; ``derivative=n`` (1-9) gives Table 4's derivative D#n.
+
     Parameters
     ----------
     dim : int
@@ -451,6 +456,9 @@ class HUDObjective(nn.Module):
         Heads of every attention.
     switches : HUDSwitches, optional
         Which parts are on (default: all, the full HUD).
+    derivative : int, optional
+        Table 4's derivative D#``derivative`` (1-9, :data:`HUD_DERIVATIVES`): ``switches`` with that part
+        turned off.
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`.
@@ -482,6 +490,7 @@ class HUDObjective(nn.Module):
         kappa: float = 0.5,
         num_heads: int = 1,
         switches: HUDSwitches | None = None,
+        derivative: int | None = None,
         validate_args: bool | None = None,
     ) -> None:
         super().__init__()
@@ -494,6 +503,8 @@ class HUDObjective(nn.Module):
         switches = HUDSwitches() if switches is None else switches
         if not isinstance(switches, HUDSwitches):
             raise TypeError(f"switches must be a HUDSwitches, got {type(switches).__name__}")
+        if derivative is not None:
+            switches = switches.derivative(derivative)
         self.dim, self.holistic_dim, self.num_reference_tokens = dim, holistic_dim, num_reference_tokens
         self.num_samples, self.tau, self.kappa = num_samples, float(tau), float(kappa)
         self.switches = switches
@@ -513,25 +524,8 @@ class HUDObjective(nn.Module):
         self.consistency_loss = HolisticAtomisticConsistencyLoss(tau)
 
     @classmethod
-    def from_preset(cls, preset: str, dataset: str | None = None, **overrides: object) -> HUDObjective:
-        """HUD's settings (``"paper"``: U = 8, tau = 0.1, kappa = 0.5, every part on).
-
-        ``dim``, ``holistic_dim`` and ``num_reference_tokens`` depend on the backbone and must be given as
-        overrides. ``derivative=n`` (1-9) gives Table 4's derivative D#n. ``dataset`` is ``None`` or
-        ``"webvid-covr"`` (the paper's CVR settings; FashionIQ's U = 6 is a CIR setting).
-        """
-        check_choice(preset, "preset", HUD_PRESETS)
-        if dataset is not None:
-            check_choice(dataset, "dataset", HUD_DATASETS)
-        derivative = overrides.pop("derivative", None)
-        switches = HUDSwitches() if derivative is None else HUDSwitches().derivative(derivative)  # type: ignore[arg-type]
-        kwargs: dict[str, object] = dict(dim=None, holistic_dim=None, num_reference_tokens=None, num_samples=8, tau=0.1,
-                                         kappa=0.5, num_heads=1, switches=switches, validate_args=None)
-        kwargs, _ = resolve_overrides(kwargs, overrides, cls.__name__)
-        missing = [name for name in ("dim", "holistic_dim", "num_reference_tokens") if kwargs[name] is None]
-        if missing:
-            raise TypeError(f"{cls.__name__}.from_preset() needs the backbone size(s) {', '.join(missing)} as keyword(s)")
-        return cls(**kwargs)  # type: ignore[arg-type]
+    def _preset_arguments(cls, preset: HUDPreset, dataset: HUDDatasetName | None) -> dict[str, Any]:
+        return dataclasses.asdict(hud_settings(preset, dataset))
 
     # ------------------------------------------------------------------ composition (Eq. 2-9)
 

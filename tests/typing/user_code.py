@@ -13,12 +13,15 @@ from typing_extensions import assert_type
 import evidential_prvr as ep
 from evidential_prvr import HolmesCriterion
 from evidential_prvr import functional as EF
+from evidential_prvr.probabilistic import HUDObjective
 
 criterion = HolmesCriterion.from_preset("release", dataset="tvr")
 assert_type(criterion, HolmesCriterion)
-short = HolmesCriterion.from_preset("release", "tvr", schedule=6)
-mapped = HolmesCriterion.from_preset("release", "tvr", schedule={"warmup_stage_epochs": 2, "hard_negative_epoch": 3})
+short = HolmesCriterion.from_preset("release", "tvr", total_epochs=6)
+mapped = HolmesCriterion.from_preset("release", "tvr", warmup_stage_epochs=2, hard_negative_epoch=3)
 no_intra = HolmesCriterion.from_preset("release", dataset="tvr", intra=None)
+hud = HUDObjective.from_preset("paper", "webvid-covr", dim=16, holistic_dim=8, num_reference_tokens=3, derivative=7)
+assert_type(hud, HUDObjective)
 
 query_emb = torch.randn(10, 16, requires_grad=True)
 frame_emb = torch.randn(4, 12, 16, requires_grad=True)

@@ -7,6 +7,7 @@ from typing_extensions import reveal_type
 
 import evidential_prvr as ep
 from evidential_prvr import functional as F
+from evidential_prvr.probabilistic import HUDObjective
 
 ot = ep.FlexibleOT(epsilon=0.1, n_iter=50)  # typo: the parameter is n_iters
 r = F.flexible_ot(torch.rand(2, 3, 4), epsilon="x")  # wrong type
@@ -17,5 +18,8 @@ d = F.inter_video_loss_details(torch.rand(3, 2), torch.rand(3, 2), torch.tensor(
 e = ep.EvidentialRetrievalLoss(reduction="avg")  # misspelt choice in a constructor
 p = ep.IntraVideoEvidentialLoss.from_preset("relase", "tvr")  # misspelt preset
 g = ep.GalleryUncertainty.from_preset("release", "tvr", kk=3)  # typo in an override
+h = HUDObjective.from_preset("relase", dim=4, holistic_dim=4, num_reference_tokens=2)  # misspelt preset
+k = HUDObjective.from_preset("paper", dim=4, holistic_dim=4, num_reference_tokens=2, kapa=0.5)  # typo in an override
+n = ep.HolmesCriterion.from_preset("release", "tvr", total_epoch=6)  # typo: the keyword is total_epochs
 reveal_type(ep.FlexibleOT.__init__)
 reveal_type(F.flexible_ot)
