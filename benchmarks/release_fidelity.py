@@ -122,8 +122,9 @@ def run_config(args: argparse.Namespace) -> HolmesConfig:
     """``--config`` (a preset or a JSON file) with the run's epochs, batch size and stage switches."""
     cfg = HolmesConfig.from_json(args.config) if Path(args.config).suffix == ".json" else preset(args.config)
     return cfg.replace(
-        optim={"epochs": args.epochs, "videos_per_batch": args.videos_per_batch},
-        schedule={"warmup_stage_epochs": args.warmup_stage, "hard_negative_epoch": args.hard_negative_epoch},
+        optim={"videos_per_batch": args.videos_per_batch},
+        schedule={"epochs": args.epochs, "warmup_stage_epochs": args.warmup_stage,
+                  "hard_negative_epoch": args.hard_negative_epoch},
     )
 
 

@@ -7,6 +7,7 @@ start of every epoch, and pass it the tensors such a codebase already has. See :
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
@@ -21,7 +22,6 @@ from evidential_prvr._base_losses import BaseRetrievalLoss
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
 from evidential_prvr._distributed import set_sizes, shared_gathers, warn_per_rank
-from evidential_prvr._entry_points import details_method, loss_method
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
@@ -191,7 +191,7 @@ class HolmesCriterion(PresetModule):
     maps them onto a run of ``n`` epochs. Each change of stage or of the negatives is logged at INFO on the
     logger ``"evidential_prvr"`` (once per change), and ``details.stage`` says the stage of a batch.
 
-    **Presets.** :meth:`from_preset` builds the whole objective of ``"release"`` or ``"paper"`` (the paper
+    **Presets.** :meth:`~evidential_prvr.PresetModule.from_preset` builds the whole objective of ``"release"`` or ``"paper"`` (the paper
     takes its loss weights and schedule from the release; :func:`evidential_prvr.presets.holmes_settings`,
     ``dataset=None``: TVR's; for a data set of one's own, ``None`` or
     ``evidential_prvr.presets.closest_dataset(captions_per_video)``): the three losses' ``from_preset`` of that
@@ -221,10 +221,10 @@ class HolmesCriterion(PresetModule):
         First epoch with hard triplet negatives (a codebase's ``hard_negative_start_epoch``).
     total_epochs : int, optional
         The caller's number of epochs, when known: a switch at or beyond it warns once (that part of
-        Holmes would never run). In :meth:`from_preset` it also maps the preset's switches onto the run.
+        Holmes would never run). In :meth:`~evidential_prvr.PresetModule.from_preset` it also maps the preset's switches onto the run.
     validate_args : bool, optional
         Check the inputs for non-finite values (host synchronisations) in the parts this class builds: the
-        default ``base`` and :meth:`from_preset`'s three losses; ``None`` follows
+        default ``base`` and :meth:`~evidential_prvr.PresetModule.from_preset`'s three losses; ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Parts passed in keep their own.
     distributed : bool
         Multi-process training under ``DistributedDataParallel`` (:doc:`/guide/distributed`): each rank
@@ -393,9 +393,8 @@ class HolmesCriterion(PresetModule):
                 f"warmup_stage_epochs={self.warmup_stage_epochs}, hard_negative_epoch={self.hard_negative_epoch}, "
                 f"epoch={self.epoch}" + (", distributed=True" if self.distributed else ""))
 
-    def _loss(
+    def forward(
         self,
-        details: bool,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_video: torch.Tensor | Sequence[int],
@@ -407,17 +406,8 @@ class HolmesCriterion(PresetModule):
         clip_mask: torch.Tensor | None = None,
         max_queries: int | None = None,
         generator: torch.Generator | None = None,
-    ) -> torch.Tensor | HolmesLossDetails:
-        if not self.distributed:
-            warn_per_rank(type(self).__name__)
-        elif is_distributed():
-            with shared_gathers():
-                return self._batch_loss(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits,
-                                        clip_logits, clip_mask, max_queries, generator, details)
-        return self._batch_loss(frame_sim, clip_sim, query_video, query_emb, clip_emb, frame_logits, clip_logits,
-                                clip_mask, max_queries, generator, details)
-
-    forward = loss_method(_loss, """The loss of one training batch.
+    ) -> torch.Tensor:
+        """The loss of one training batch.
 
         Parameters
         ----------
@@ -463,10 +453,35 @@ class HolmesCriterion(PresetModule):
         videos. Every rank returns the single-process loss of the global batch; each input's gradient is
         ``world_size`` times its single-process gradient (DDP's mean then gives the single-process one).
         The optional arguments must be given on every rank or on none.
-        """)
-    details = details_method(_loss, HolmesLossDetails, """The arguments of :meth:`forward`; returns the total
+        """
+        out = self._loss(frame_sim=frame_sim, clip_sim=clip_sim, query_video=query_video, query_emb=query_emb,
+                         clip_emb=clip_emb, frame_logits=frame_logits, clip_logits=clip_logits, clip_mask=clip_mask,
+                         max_queries=max_queries, generator=generator, details=False)
+        assert isinstance(out, torch.Tensor)  # details=False: the total only
+        return out
+
+    def details(
+        self,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor | Sequence[int],
+        *,
+        query_emb: torch.Tensor,
+        clip_emb: torch.Tensor | None = None,
+        frame_logits: torch.Tensor | None = None,
+        clip_logits: torch.Tensor | None = None,
+        clip_mask: torch.Tensor | None = None,
+        max_queries: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> HolmesLossDetails:
+        """The arguments of :meth:`forward`; returns the total
         and every part (:class:`HolmesLossDetails`, whose ``loss`` is what :meth:`forward` returns). Called
-        directly, it does not run the module's hooks.""")
+        directly, it does not run the module's hooks."""
+        out = self._loss(frame_sim=frame_sim, clip_sim=clip_sim, query_video=query_video, query_emb=query_emb,
+                         clip_emb=clip_emb, frame_logits=frame_logits, clip_logits=clip_logits, clip_mask=clip_mask,
+                         max_queries=max_queries, generator=generator, details=True)
+        assert isinstance(out, HolmesLossDetails)
+        return out
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward
@@ -507,8 +522,36 @@ class HolmesCriterion(PresetModule):
             max_queries = max(max(row[4] for row in table), 1)
         return positives - rank_offset(video_sizes), max_queries
 
+    def _loss(
+        self,
+        *,
+        frame_sim: torch.Tensor,
+        clip_sim: torch.Tensor,
+        query_video: torch.Tensor | Sequence[int],
+        query_emb: torch.Tensor,
+        clip_emb: torch.Tensor | None,
+        frame_logits: torch.Tensor | None,
+        clip_logits: torch.Tensor | None,
+        clip_mask: torch.Tensor | None,
+        max_queries: int | None,
+        generator: torch.Generator | None,
+        details: bool,
+    ) -> torch.Tensor | HolmesLossDetails:
+        """What :meth:`forward` and :meth:`details` compute. ``details=False`` (:meth:`forward`) calls the parts'
+        ``forward`` and returns the total only; ``details=True`` calls their ``details`` and returns a
+        :class:`HolmesLossDetails`. With ``distributed=True`` under a process group, the parts share one scope
+        of gathers."""
+        if not self.distributed:
+            warn_per_rank(type(self).__name__)
+        with shared_gathers() if self.distributed and is_distributed() else contextlib.nullcontext():
+            return self._batch_loss(frame_sim=frame_sim, clip_sim=clip_sim, query_video=query_video,
+                                    query_emb=query_emb, clip_emb=clip_emb, frame_logits=frame_logits,
+                                    clip_logits=clip_logits, clip_mask=clip_mask, max_queries=max_queries,
+                                    generator=generator, details=details)
+
     def _batch_loss(
         self,
+        *,
         frame_sim: torch.Tensor,
         clip_sim: torch.Tensor,
         query_video: torch.Tensor | Sequence[int],

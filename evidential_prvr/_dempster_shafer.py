@@ -6,11 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr.functional._dempster_shafer import DempsterShaferOutput, dempster_shafer_fusion
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
 class DempsterShaferFusion(nn.Module):
     """Parameter-free Dempster-Shafer fusion of two Dirichlet opinions (Holmes Eq. 16).
 
@@ -19,7 +17,8 @@ class DempsterShaferFusion(nn.Module):
 
     Parameters
     ----------
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------

@@ -4,21 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evidential_prvr._checks import should_validate
-from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
-from evidential_prvr._overrides import (
-    module_from_settings,
-    settings_constructor,
-    settings_fields,
-    settings_of,
-    settings_properties,
-)
+from evidential_prvr._overrides import check_settings, settings_fields
 from evidential_prvr.choices import (
     DatasetName,
     FOTMarginals,
@@ -32,15 +23,12 @@ from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     POTProblem,
     TransportSettings,
-    _flexible_ot,
-    prepare_fot_inputs,
+    flexible_ot,
     run_pot_problems,
 )
 from evidential_prvr.presets import module_settings
 
 
-@settings_properties(TransportSettings)
-@insert_docs(value_checks=VALUE_CHECKS)
 class FlexibleOT(_SettingsModule[TransportSettings]):
     """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
 
@@ -79,7 +67,8 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
         Sinkhorn iteration scheme.
     minmax_over : {"block", "valid"}
         Min and max over the whole padded block (release) or over the valid entries.
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------
@@ -97,31 +86,113 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
     Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5.
     """
 
-    if TYPE_CHECKING:  # the attributes that settings_properties adds (the fields of TransportSettings)
-        epsilon: float
-        n_iters: int
-        dustbin_quantile: float | None
-        normalize: FOTNormalization
-        minmax_over: MinmaxScope
-        marginals: FOTMarginals
-        grad: SinkhornGrad
-        tol: float | None
-        method: SinkhornMethod
-
-    @dataclass(frozen=True, kw_only=True)
-    class _Arguments(TransportSettings):
-        """The constructor's arguments: the transport settings and ``validate_args``."""
-
-        validate_args: bool | None = None
-
-    @settings_constructor(_Arguments)
-    def __init__(self, arguments: _Arguments) -> None:
-        super().__init__(settings_of(arguments, TransportSettings), arguments.validate_args)
+    def __init__(
+        self,
+        *,
+        epsilon: float = 0.1,
+        n_iters: int = 50,
+        dustbin_quantile: float | None = 0.3,
+        normalize: FOTNormalization = "minmax",
+        minmax_over: MinmaxScope = "block",
+        marginals: FOTMarginals = "release",
+        grad: SinkhornGrad = "detach",
+        tol: float | None = None,
+        method: SinkhornMethod = "auto",
+        validate_args: bool | None = None,
+    ) -> None:
+        settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                     normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad,
+                                     tol=tol, method=method)  # checks the values
+        super().__init__(settings, validate_args)
 
     @classmethod
     def from_settings(cls, settings: TransportSettings, *, validate_args: bool | None = None) -> FlexibleOT:
         """The transport of a :class:`~evidential_prvr.presets.TransportSettings` (e.g. a registry section)."""
-        return module_from_settings(cls, TransportSettings, settings, validate_args=validate_args)
+        check_settings(settings, TransportSettings)
+        return cls(**settings_fields(settings, TransportSettings), validate_args=validate_args)
+
+    # The fields of TransportSettings as attributes; assigning one rebuilds (and so re-checks) the settings.
+
+    @property
+    def epsilon(self) -> float:
+        """The ``epsilon`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.epsilon
+
+    @epsilon.setter
+    def epsilon(self, value: float) -> None:
+        self._settings = dataclasses.replace(self._settings, epsilon=value)
+
+    @property
+    def n_iters(self) -> int:
+        """The ``n_iters`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.n_iters
+
+    @n_iters.setter
+    def n_iters(self, value: int) -> None:
+        self._settings = dataclasses.replace(self._settings, n_iters=value)
+
+    @property
+    def dustbin_quantile(self) -> float | None:
+        """The ``dustbin_quantile`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.dustbin_quantile
+
+    @dustbin_quantile.setter
+    def dustbin_quantile(self, value: float | None) -> None:
+        self._settings = dataclasses.replace(self._settings, dustbin_quantile=value)
+
+    @property
+    def normalize(self) -> FOTNormalization:
+        """The ``normalize`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.normalize
+
+    @normalize.setter
+    def normalize(self, value: FOTNormalization) -> None:
+        self._settings = dataclasses.replace(self._settings, normalize=value)
+
+    @property
+    def minmax_over(self) -> MinmaxScope:
+        """The ``minmax_over`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.minmax_over
+
+    @minmax_over.setter
+    def minmax_over(self, value: MinmaxScope) -> None:
+        self._settings = dataclasses.replace(self._settings, minmax_over=value)
+
+    @property
+    def marginals(self) -> FOTMarginals:
+        """The ``marginals`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.marginals
+
+    @marginals.setter
+    def marginals(self, value: FOTMarginals) -> None:
+        self._settings = dataclasses.replace(self._settings, marginals=value)
+
+    @property
+    def grad(self) -> SinkhornGrad:
+        """The ``grad`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.grad
+
+    @grad.setter
+    def grad(self, value: SinkhornGrad) -> None:
+        self._settings = dataclasses.replace(self._settings, grad=value)
+
+    @property
+    def tol(self) -> float | None:
+        """The ``tol`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.tol
+
+    @tol.setter
+    def tol(self, value: float | None) -> None:
+        self._settings = dataclasses.replace(self._settings, tol=value)
+
+    @property
+    def method(self) -> SinkhornMethod:
+        """The ``method`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.method
+
+    @method.setter
+    def method(self, value: SinkhornMethod) -> None:
+        self._settings = dataclasses.replace(self._settings, method=value)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
@@ -141,9 +212,11 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
     ) -> FlexibleOTResult:
         """Solve the flexible transport of every video of ``sim [B, Mq, Mc]`` with the masks
         ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]`` (see :func:`~evidential_prvr.functional.flexible_ot`)."""
-        validate = should_validate(self.validate_args)
-        qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, self._settings, validate)
-        return _flexible_ot(sim, qmask, cmask, valid, dense, self._settings, validate, return_dustbin_value)
+        s = self._settings
+        return flexible_ot(sim, query_mask, clip_mask, epsilon=s.epsilon, n_iters=s.n_iters,
+                           dustbin_quantile=s.dustbin_quantile, normalize=s.normalize, minmax_over=s.minmax_over,
+                           marginals=s.marginals, grad=s.grad, tol=s.tol, method=s.method,
+                           return_dustbin_value=return_dustbin_value, validate_args=self.validate_args)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

@@ -2,47 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from evidential_prvr._distributed import batch_rows, shared_gathers
-from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import _SettingsModule
-from evidential_prvr._overrides import (
-    module_from_settings,
-    settings_constructor,
-    settings_fields,
-    settings_of,
-    settings_properties,
-)
+from evidential_prvr._overrides import check_settings, settings_fields
 from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
-from evidential_prvr.functional._identification import (
-    IDENTIFICATION_PARAMETERS,
-    Identification,
-    IdentificationSettings,
-    run_identify,
-)
+from evidential_prvr.functional._identification import Identification, IdentificationSettings, run_identify
 from evidential_prvr.presets import module_settings
 
 
-class _IdentificationAttributes:
-    """The fields of ``IdentificationSettings`` as a module's attributes, declared for type checkers
-    (:func:`~evidential_prvr._overrides.settings_properties` adds them at run time)."""
-
-    beta: float
-    tau: float
-    tanh_scaling: TanhScaling
-    entropy_median: EntropyMedian
-    matched: MatchRule
-    fusion: Fusion
-
-
-@settings_properties(IdentificationSettings)
-@insert_docs(identification=IDENTIFICATION_PARAMETERS, value_checks=VALUE_CHECKS)
-class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings], _IdentificationAttributes):
+class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
     Holds the hyperparameters of :func:`~evidential_prvr.functional.identify`, whose documentation
@@ -54,8 +28,21 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings], _Iden
 
     Parameters
     ----------
-    {identification}
-    {value_checks}
+    beta : float
+        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+    tau : float
+        Evidence temperature of Eq. 3 (> 0).
+    tanh_scaling : {"inside", "outside"}
+        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
+    entropy_median : {"candidates", "batch"}
+        Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
+    matched : {"any_positive", "argmax"}
+        The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
+        (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
+    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
     distributed : bool
         Multi-process training (:doc:`/guide/distributed`): each rank passes its queries' scores
         ``[Q_r, V_global]`` and global video indices and receives the identification of the global batch
@@ -86,20 +73,80 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings], _Iden
     Holmes (ICML 2026), §3.2 (the identification module), Eq. 10-14.
     """
 
-    @dataclass(frozen=True, kw_only=True)
-    class _Arguments(IdentificationSettings):
-        """The constructor's arguments: the identification settings and its options."""
+    def __init__(
+        self,
+        *,
+        beta: float = 0.3,
+        tau: float = 0.1,
+        tanh_scaling: TanhScaling = "inside",
+        entropy_median: EntropyMedian = "candidates",
+        matched: MatchRule = "any_positive",
+        fusion: Fusion = "uncertainty_dominant",
+        validate_args: bool | None = None,
+        distributed: bool = False,
+        threshold_decay: float | None = None,
+    ) -> None:
+        settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                          matched=matched, fusion=fusion)  # checks the values
+        super().__init__(settings, validate_args)
+        self.distributed = bool(distributed)
+        self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
 
-        validate_args: bool | None = None
-        distributed: bool = False
-        threshold_decay: float | None = None
+    # The fields of IdentificationSettings as attributes; assigning one rebuilds (and so re-checks) the settings.
 
-    @settings_constructor(_Arguments)
-    def __init__(self, arguments: _Arguments) -> None:
-        super().__init__(settings_of(arguments, IdentificationSettings), arguments.validate_args)
-        self.distributed = bool(arguments.distributed)
-        decay = arguments.threshold_decay
-        self.threshold_ema = None if decay is None else ThresholdEMA(decay)
+    @property
+    def beta(self) -> float:
+        """The ``beta`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._settings = dataclasses.replace(self._settings, beta=value)
+
+    @property
+    def tau(self) -> float:
+        """The ``tau`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.tau
+
+    @tau.setter
+    def tau(self, value: float) -> None:
+        self._settings = dataclasses.replace(self._settings, tau=value)
+
+    @property
+    def tanh_scaling(self) -> TanhScaling:
+        """The ``tanh_scaling`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.tanh_scaling
+
+    @tanh_scaling.setter
+    def tanh_scaling(self, value: TanhScaling) -> None:
+        self._settings = dataclasses.replace(self._settings, tanh_scaling=value)
+
+    @property
+    def entropy_median(self) -> EntropyMedian:
+        """The ``entropy_median`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.entropy_median
+
+    @entropy_median.setter
+    def entropy_median(self, value: EntropyMedian) -> None:
+        self._settings = dataclasses.replace(self._settings, entropy_median=value)
+
+    @property
+    def matched(self) -> MatchRule:
+        """The ``matched`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.matched
+
+    @matched.setter
+    def matched(self, value: MatchRule) -> None:
+        self._settings = dataclasses.replace(self._settings, matched=value)
+
+    @property
+    def fusion(self) -> Fusion:
+        """The ``fusion`` of :meth:`settings` (assigning it re-validates the settings)."""
+        return self._settings.fusion
+
+    @fusion.setter
+    def fusion(self, value: Fusion) -> None:
+        self._settings = dataclasses.replace(self._settings, fusion=value)
 
     @property
     def threshold_decay(self) -> float | None:
@@ -111,8 +158,9 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings], _Iden
                       distributed: bool = False, threshold_decay: float | None = None) -> UncertaintyGuidedIdentifier:
         """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
         extends it; only the identification fields are kept)."""
-        return module_from_settings(cls, IdentificationSettings, settings, validate_args=validate_args,
-                                    distributed=distributed, threshold_decay=threshold_decay)
+        check_settings(settings, IdentificationSettings)
+        return cls(**settings_fields(settings, IdentificationSettings), validate_args=validate_args,
+                   distributed=distributed, threshold_decay=threshold_decay)
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:

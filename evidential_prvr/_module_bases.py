@@ -5,9 +5,8 @@ gives (:meth:`~PresetModule._preset_arguments`, or :meth:`~PresetModule._preset_
 depend on the call's own arguments), and the call's own arguments replace them.
 :class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._overrides`)
 and ``validate_args``; :class:`_SettingsLoss` adds a loss's ``reduction`` and ``distributed``, which
-:class:`_ReducedLoss` holds for the losses without a settings dataclass. :class:`LossOptions` declares those
-three options once for the arguments dataclasses of the losses' constructors
-(:func:`~evidential_prvr._overrides.settings_constructor`).
+:class:`_ReducedLoss` holds for the losses without a settings dataclass. :class:`LossOptions` carries those
+three options from a loss's written-out constructor to :class:`_SettingsLoss`.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ from typing import NamedTuple
 import torch
 
 from evidential_prvr._checks import as_mask, check_finite, check_same_device, check_tensor, should_validate
-from evidential_prvr._docs import insert_docs
 
 
 class RiskCoverage(NamedTuple):
@@ -135,20 +134,6 @@ def _risk_points(curve: _Curve) -> tuple[torch.Tensor, torch.Tensor]:
     return accepted / curve.steps.n, curve.steps.wrong.to(curve.dtype) / accepted
 
 
-def _area_io(bounds: str) -> str:
-    """Parameters and returns of the area metrics, whose value lies ``bounds`` (a docstring fragment)."""
-    return f"""\
-Parameters
-----------
-confidence, correct, validate_args
-    As in :func:`risk_coverage`.
-
-Returns
--------
-torch.Tensor
-    0-D float64 tensor (float32 on MPS){bounds}."""
-
-
 def risk_coverage(
     confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None
 ) -> RiskCoverage:
@@ -194,7 +179,6 @@ def risk_coverage(
     return RiskCoverage(*_risk_points(_curve(confidence, correct, validate_args)))
 
 
-@insert_docs(inputs_and_returns=_area_io(" in ``[0, 1]``"))
 def aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Area under the risk-coverage curve (lower is better).
 
@@ -207,7 +191,15 @@ def aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool
 
     A confidence that ties every query gives the error rate; a random one about the error rate as well.
 
-    {inputs_and_returns}
+    Parameters
+    ----------
+    confidence, correct, validate_args
+        As in :func:`risk_coverage`.
+
+    Returns
+    -------
+    torch.Tensor
+        0-D float64 tensor (float32 on MPS) in ``[0, 1]``.
 
     Examples
     --------
@@ -226,7 +218,6 @@ def aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool
     return _trapezoid(curve.coverage, curve.risk, start_flat=True)
 
 
-@insert_docs(inputs_and_returns=_area_io(" in ``[0, 0.5]``"))
 def augrc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Area under the generalised risk-coverage curve (lower is better).
 
@@ -241,7 +232,15 @@ def augrc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: boo
     It weighs every rejected error equally instead of emphasising the few most confident queries; a
     confidence that ties all queries gives half the error rate, a perfect one :math:`\\approx r^2/2`.
 
-    {inputs_and_returns}
+    Parameters
+    ----------
+    confidence, correct, validate_args
+        As in :func:`risk_coverage`.
+
+    Returns
+    -------
+    torch.Tensor
+        0-D float64 tensor (float32 on MPS) in ``[0, 0.5]``.
 
     Examples
     --------
@@ -259,7 +258,6 @@ def augrc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: boo
     return _trapezoid(steps.accepted.to(dtype) / steps.n, steps.wrong.to(dtype) / steps.n, start_flat=False)
 
 
-@insert_docs(inputs_and_returns=_area_io(""))
 def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bool | None = None) -> torch.Tensor:
     """Excess AURC: :func:`aurc` minus the AURC of an ideal confidence with the same errors.
 
@@ -279,7 +277,15 @@ def e_aurc(confidence: torch.Tensor, correct: torch.Tensor, *, validate_args: bo
     :math:`r + (1-r)\\ln(1-r)` of Geifman et al., which fd-shifts uses for binary residuals, is the
     :math:`n \\to \\infty` limit of this optimum and lies :math:`O(1/n)` below it.
 
-    {inputs_and_returns}
+    Parameters
+    ----------
+    confidence, correct, validate_args
+        As in :func:`risk_coverage`.
+
+    Returns
+    -------
+    torch.Tensor
+        0-D float64 tensor (float32 on MPS).
 
     Examples
     --------

@@ -35,7 +35,7 @@ canonical forms are :data:`~evidential_prvr.presets.DATASETS`."""
 
 HUDPreset = Literal["paper"]
 HUD_PRESETS: tuple[HUDPreset, ...] = get_args(HUDPreset)
-"""Preset names of :meth:`HUDObjective.from_preset <evidential_prvr.probabilistic.HUDObjective.from_preset>`
+"""Preset names of :meth:`HUDObjective.from_preset <evidential_prvr.PresetModule.from_preset>`
 (:func:`evidential_prvr.presets.hud_settings`)."""
 
 HUDDatasetName = Literal["webvid-covr"]

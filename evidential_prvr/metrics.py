@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from evidential_prvr._checks import check_finite, check_index_vector, check_positive_int, check_tensor
-from evidential_prvr._paired_comparison import (
+from evidential_prvr._hierarchical_bootstrap import (
     LOWER_IS_BETTER,
     RunComparison,
     compare_runs,
@@ -26,7 +26,7 @@ from evidential_prvr._paired_comparison import (
     run_metric,
 )
 from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall
-from evidential_prvr._selective_comparison import SELECTIVE_METRICS, compare_selective_runs, selective_run_metric
+from evidential_prvr._selective_bootstrap import SELECTIVE_METRICS, compare_selective_runs, selective_run_metric
 
 __all__ = ["recall_at_k", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc",
            "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison", "compare_runs", "LOWER_IS_BETTER",

@@ -2,7 +2,7 @@
 
 Every ``from_preset(preset, dataset=None, *args, **overrides)`` of the package and the reference model's
 ``--config tvr|activitynet|charades`` read :func:`holmes_settings` (HUD's
-:meth:`~evidential_prvr.probabilistic.HUDObjective.from_preset` reads :func:`hud_settings`), so each number
+:meth:`HUDObjective.from_preset <evidential_prvr.PresetModule.from_preset>` reads :func:`hud_settings`), so each number
 lives here once.
 
 ``preset="release"``
@@ -445,7 +445,7 @@ def module_settings(preset: str, dataset: str | None) -> HolmesSettings:
 @dataclass(frozen=True)
 class HUDSettings:
     """HUD's hyperparameters of one preset: what :meth:`HUDObjective.from_preset
-    <evidential_prvr.probabilistic.HUDObjective.from_preset>` sets (the backbone's sizes are the caller's).
+    <evidential_prvr.PresetModule.from_preset>` sets (the backbone's sizes are the caller's).
 
     Attributes
     ----------

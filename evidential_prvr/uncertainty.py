@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int, should_validate
-from evidential_prvr._docs import VALUE_CHECKS, insert_docs
 from evidential_prvr._module_bases import PresetModule
 from evidential_prvr.choices import (
     CONFIDENCES,
@@ -67,7 +66,6 @@ __all__ = [
 ]
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
 class GalleryUncertainty(PresetModule):
     """Per-query Dirichlet opinions over the top-k gallery candidates (Holmes Eq. 3-5, 7, 9, 16).
 
@@ -86,7 +84,8 @@ class GalleryUncertainty(PresetModule):
         Evidence form of Eq. 3 (paper / release).
     query_chunk : int
         Queries processed at a time (bounds the temporary memory).
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------
@@ -255,7 +254,6 @@ class GalleryIdentification:
     thresholds: QueryTypeThresholds | None
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
 class GalleryQueryIdentifier(nn.Module):
     """Precise / polysemous / under-determined identification of gallery queries (Holmes Eq. 10-14).
 
@@ -286,7 +284,8 @@ class GalleryQueryIdentifier(nn.Module):
         Median rule of Eq. 12 (batch rule).
     grid : int
         Quantile levels per threshold searched by :meth:`fit`.
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------
@@ -388,7 +387,6 @@ class GalleryQueryIdentifier(nn.Module):
         return GalleryIdentification(types, "thresholds", self.thresholds)
 
 
-@insert_docs(value_checks=VALUE_CHECKS)
 class SelectiveConfidence(nn.Module):
     """A named per-query confidence for selective retrieval (higher = more trusted).
 
@@ -400,7 +398,8 @@ class SelectiveConfidence(nn.Module):
         One of :data:`evidential_prvr.uncertainty.CONFIDENCES`: ``"neg_u"`` (fused :math:`-u`),
         ``"top_belief"`` (fused belief of the top-1 video), ``"neg_xi"`` (fused :math:`-\\xi`),
         ``"margin"`` (top-1 minus top-2 score), ``"max_score"`` or ``"kl_margin"`` (DAB, needs ``kl_cost``).
-    {value_checks}
+    validate_args : bool, optional
+        Value checks (host synchronisations); ``None`` follows :func:`evidential_prvr.set_default_validate_args`.
 
     Examples
     --------

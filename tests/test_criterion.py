@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+
 import pytest
 import torch
 from torch import nn
@@ -137,3 +141,43 @@ def test_from_preset_is_the_one_of_every_module_with_presets():
     assert repr(ep.HolmesCriterion().base) == repr(ep.BaseRetrievalLoss())  # base=None: BaseRetrievalLoss()
     with pytest.raises(TypeError, match="'schedule'"):
         ep.HolmesCriterion.from_preset("release", "tvr", schedule=6)
+
+
+def test_forward_and_details_are_defs_with_their_own_docstrings():
+    """``forward`` and ``details`` are written out in the class (version 3.0): their own names, the same
+    parameters, and the docstring of their ``def``; nothing patches a signature onto them."""
+    cls = ep.HolmesCriterion
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    defs = {node.name: node for node in tree.body[0].body if isinstance(node, ast.FunctionDef)}
+    for name in ("forward", "details"):
+        method = cls.__dict__[name]
+        assert inspect.isfunction(method) and method.__name__ == method.__code__.co_name == name
+        assert not hasattr(method, "__signature__") and not hasattr(method, "__wrapped__")
+        assert method.__doc__ and ast.get_docstring(defs[name], clean=False) == method.__doc__
+    forward, details = inspect.signature(cls.forward), inspect.signature(cls.details)
+    assert list(forward.parameters.values()) == list(details.parameters.values())
+    assert list(forward.parameters)[:4] == ["self", "frame_sim", "clip_sim", "query_video"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in list(forward.parameters.values())[4:])
+    assert (forward.return_annotation, details.return_annotation) == ("torch.Tensor", "HolmesLossDetails")
+    for helper in (cls._loss, cls._batch_loss):  # the private steps take their many arguments by keyword
+        parameters = list(inspect.signature(helper).parameters.values())[1:]
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters), helper.__name__
+
+
+@pytest.mark.parametrize("epoch", [0, 30])
+def test_forward_is_the_details_loss_and_runs_the_parts_forward_only(epoch, monkeypatch):
+    """``criterion(...)`` equals ``details(...).loss`` and, like before version 3.0, calls only the
+    ``forward`` of L_inter (no identification it would throw away)."""
+    torch.manual_seed(0)
+    criterion = ep.HolmesCriterion.from_preset("release", "tvr")
+    criterion.set_epoch(epoch)
+    frame, clip = torch.rand(6, 3), torch.rand(6, 3)
+    embeddings = dict(query_emb=torch.randn(6, 8), clip_emb=torch.randn(3, 4, 8))
+    labels = [0, 0, 1, 1, 2, 2]
+    expected = criterion.details(frame, clip, labels, **embeddings, generator=torch.Generator().manual_seed(1))
+    assert expected.stage == (1 if epoch == 0 else 2)
+    called = []
+    monkeypatch.setattr(criterion.inter, "details", lambda *a, **k: called.append("inter.details"))
+    total = criterion(frame, clip, labels, **embeddings, generator=torch.Generator().manual_seed(1))
+    assert called == []
+    torch.testing.assert_close(total, expected.loss, rtol=0, atol=0)

@@ -146,6 +146,25 @@ def test_attributes_read_and_write_the_settings_with_checks():
     assert inter.settings().calibrate is False
 
 
+def test_identifier_attributes_write_the_settings_with_checks():
+    identifier = ep.UncertaintyGuidedIdentifier.from_preset("release", "tvr")
+    identifier.tau = 0.2
+    assert identifier.settings().tau == 0.2 and identifier.tau == 0.2
+    with pytest.raises(ValueError, match="beta"):
+        identifier.beta = 2.0
+    with pytest.raises(ValueError, match="fusion"):
+        identifier.fusion = "uncertain"
+    assert identifier.settings().beta == 0.3 and identifier.fusion == "uncertainty_dominant"
+
+
+def test_from_settings_refuses_another_schema():
+    s = presets.holmes_settings("release", "tvr")
+    with pytest.raises(TypeError, match="settings must be a TransportSettings, got InterVideoSettings"):
+        ep.FlexibleOT.from_settings(s.inter)
+    assert ep.UncertaintyGuidedIdentifier.from_settings(s.inter).settings() == IdentificationSettings(
+        **{f.name: getattr(s.inter, f.name) for f in dataclasses.fields(IdentificationSettings)})
+
+
 PRESET_MODULES = [ep.FlexibleOT, ep.UncertaintyGuidedIdentifier, ep.EvidentialRetrievalLoss,
                   ep.IntraVideoEvidentialLoss, ep.BaseRetrievalLoss, ep.TripletRankingLoss, ep.InfoNCELoss,
                   ep.QueryDiversityLoss, ep.GalleryUncertainty]

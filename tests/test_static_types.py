@@ -117,6 +117,9 @@ def test_user_code_type_checks_with_the_expected_types(mypy_output):
 def test_user_mistakes_are_reported(mypy_output):
     out = mypy_output
     assert 'Unexpected keyword argument "n_iter" for "FlexibleOT"; did you mean "n_iters"?' in out
+    assert ('Argument "method" to "FlexibleOT" has incompatible type "Literal[\'lgo\']"; '
+            'expected "Literal[\'auto\', \'log\', \'scaling\']"') in out
+    assert 'Argument "fusion" to "UncertaintyGuidedIdentifier" has incompatible type "Literal[\'uncertain\']"' in out
     assert 'Argument "epsilon" to "flexible_ot" has incompatible type "str"; expected "float"' in out
     assert 'Unexpected keyword argument "inter_weigth" for "from_preset" of "PresetModule"' in out
     assert ('Argument 1 to "from_preset" of "PresetModule" has incompatible type "Literal[\'relase\']"; '

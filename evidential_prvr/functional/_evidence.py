@@ -24,7 +24,6 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr._docs import finite_check, insert_docs
 from evidential_prvr.choices import TANH_SCALINGS, TanhScaling
 from evidential_prvr.functional._targets import normalized_target, positive_mask
 
@@ -78,7 +77,6 @@ def check_alpha(alpha: object, name: str = "alpha", *, at_least_one: bool = True
         raise ValueError(f"{name} must be > 0 everywhere, got min {float(alpha.min())}")
 
 
-@insert_docs(validate_args=finite_check("sim"))
 def evidence(
     sim: torch.Tensor, tau: float = 0.1, tanh_scaling: TanhScaling = "inside", *, validate_args: bool | None = None
 ) -> torch.Tensor:
@@ -104,7 +102,9 @@ def evidence(
         Temperature :math:`\\tau > 0` (paper default 0.1).
     tanh_scaling : {"inside", "outside"}
         Where :math:`\\tau` is applied, see above.
-    {validate_args}
+    validate_args : bool, optional
+        Check that ``sim`` is finite (a host synchronisation); ``None`` follows
+        :func:`evidential_prvr.set_default_validate_args`.
 
     Returns
     -------

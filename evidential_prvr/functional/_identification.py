@@ -24,7 +24,6 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr._docs import insert_docs
 from evidential_prvr.choices import (
     ENTROPY_MEDIANS,
     FUSIONS,
@@ -373,7 +372,6 @@ def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, v
     return positive_mask(query_video, frame_sim.shape[1], frame_sim.shape[0], validate=validate)
 
 
-@insert_docs(score_pair=SCORE_PAIR, identification=IDENTIFICATION_PARAMETERS)
 def identify(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
@@ -410,8 +408,23 @@ def identify(
 
     Parameters
     ----------
-    {score_pair}
-    {identification}
+    frame_sim, clip_sim : torch.Tensor
+        Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
+    query_video : torch.Tensor
+        ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``.
+    beta : float
+        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+    tau : float
+        Evidence temperature of Eq. 3 (> 0).
+    tanh_scaling : {"inside", "outside"}
+        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
+    entropy_median : {"candidates", "batch"}
+        Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
+    matched : {"any_positive", "argmax"}
+        The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
+        (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
+    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
+        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
 

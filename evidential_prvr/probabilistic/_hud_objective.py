@@ -433,7 +433,7 @@ class HUDObjective(PresetModule):
     in the pooling and the attention, and the composed tokens at padded positions are replaced by copies of a
     valid one. The number of reference tokens is fixed (the bias of Eq. 10 has one entry per token).
 
-    :meth:`from_preset`: ``"paper"`` (:func:`~evidential_prvr.presets.hud_settings`; ``dataset`` ``None`` or
+    :meth:`~evidential_prvr.PresetModule.from_preset`: ``"paper"`` (:func:`~evidential_prvr.presets.hud_settings`; ``dataset`` ``None`` or
     ``"webvid-covr"``, the composed video retrieval settings): U = 8, tau = 0.1, kappa = 0.5, every part on.
     ``dim``, ``holistic_dim`` and ``num_reference_tokens`` depend on the backbone and are the caller's
     arguments; ``derivative=n`` (1-9) gives Table 4's derivative D#n.

@@ -30,8 +30,8 @@ with the reference-only optimiser switches), and ``schedule``, ``weights``, ``ba
 and :class:`~evidential_prvr.presets.IntraVideoSettings`. ``ablation`` and ``dab`` are the reference
 model's own. Every section is frozen; change one with :meth:`HolmesConfig.replace`.
 
-Configs of earlier versions (a ``loss`` section, ``optim.epochs``, ``optim.warmup_ratio``, ...) are read
-and migrated (:data:`RENAMED`); the reference-model guide lists the settings.
+Configs of release 1.x (a ``loss`` section, ``optim.epochs``, ``optim.warmup_ratio``, ...) are refused
+with their unknown names (version 3.0 no longer migrates them); the reference-model guide lists the settings.
 
 Ablations (:data:`ABLATIONS`, :meth:`HolmesConfig.with_ablation`) reproduce every row of the paper's
 Table 3, the L_base-only baseline (MIL) and the DAB variant.
@@ -73,7 +73,6 @@ __all__ = [
     "HolmesConfig",
     "PRESETS",
     "ABLATIONS",
-    "RENAMED",
     "preset",
     "from_registry",
 ]
@@ -274,20 +273,20 @@ class HolmesConfig:
     def from_dict(cls, data: dict[str, Any]) -> HolmesConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError`` (a typo must not pass silently).
 
-        A section may leave fields out (they keep the defaults of :class:`HolmesConfig`); a config of an
-        earlier version is migrated (:data:`RENAMED`).
+        A section may leave fields out (they keep the defaults of :class:`HolmesConfig`). A config of
+        release 1.x is refused with its unknown names (3.0 no longer migrates them; the changelog of 2.0.0
+        lists the renames).
         """
         if not isinstance(data, dict):
             raise TypeError(f"config must be a dict, got {type(data).__name__}")
         for key, value in data.items():
-            if key in _SECTION_TYPES or key in _OLD_SECTIONS:
-                if not isinstance(value, dict):
-                    raise TypeError(f"config section {key!r} must be a dict, got {type(value).__name__}")
-        data = _upgrade(data)
+            if key in _SECTION_TYPES and not isinstance(value, dict):
+                raise TypeError(f"config section {key!r} must be a dict, got {type(value).__name__}")
         sections = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - sections
         if unknown:
-            raise ValueError(f"unknown config keys {sorted(unknown)}; expected a subset of {sorted(sections)}")
+            raise ValueError(f"unknown config keys {sorted(unknown)}; expected a subset of {sorted(sections)}"
+                             f"{_OLD_CONFIG_HINT}")
         defaults = _DEFAULT_SECTIONS()
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
@@ -298,7 +297,8 @@ class HolmesConfig:
             known = [f.name for f in dataclasses.fields(section_type)]
             bad = set(value) - set(known)
             if bad:
-                raise ValueError(f"unknown keys {sorted(bad)} in config section {key!r}; expected {sorted(known)}")
+                raise ValueError(f"unknown keys {sorted(bad)} in config section {key!r}; expected {sorted(known)}"
+                                 f"{_OLD_CONFIG_HINT}")
             values = {**{name: getattr(defaults[key], name) for name in known}, **_from_plain(key, value)}
             try:
                 kwargs[key] = section_type(**values)
@@ -324,30 +324,15 @@ class HolmesConfig:
 
     # --- variants ---------------------------------------------------------------------------------
     def replace(self, **sections: Any) -> HolmesConfig:
-        """Copy with some sections' fields changed, e.g. ``cfg.replace(schedule={"epochs": 3})``.
-
-        A field's name of an earlier version (:data:`RENAMED`, e.g. ``optim={"epochs": 3}``) is taken as
-        today's.
-        """
+        """Copy with some sections' fields changed, e.g. ``cfg.replace(schedule={"epochs": 3})``."""
         data = self.to_dict()
         for key, value in sections.items():
-            if key not in data and key not in _OLD_SECTIONS:
+            if key not in data:
                 raise ValueError(f"unknown config section {key!r}; expected one of {sorted(data)}")
-            if not isinstance(value, dict):
+            if isinstance(value, dict):
+                data[key].update(value)
+            else:
                 data[key] = value
-                continue
-            for name, item in value.items():
-                if (key, name) in _NOT_REPLACEABLE:
-                    raise ValueError(f"{key}.{name} named a registry entry that this config now holds; build "
-                                     f"the config with from_registry(dataset, source) instead")
-                section, new = RENAMED.get((key, name), (key, name))
-                if section not in data:
-                    raise ValueError(f"unknown config section {key!r}; expected one of {sorted(data)}")
-                if (key, name) in _SPLIT_BETAS:
-                    betas = list(data["optim"]["betas"])
-                    betas[_SPLIT_BETAS[(key, name)]] = item
-                    item = betas
-                data[section][new] = item
         return HolmesConfig.from_dict(data)
 
     def with_ablation(self, name: str) -> HolmesConfig:
@@ -377,68 +362,8 @@ def _from_plain(section: str, values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: ``(old section, old field)`` -> ``(section, field)``: the names of earlier versions, migrated on load.
-RENAMED: dict[tuple[str, str], tuple[str, str]] = {
-    ("optim", "max_query_len"): ("model", "max_query_len"),
-    ("optim", "warmup_ratio"): ("optim", "warmup_proportion"),
-    ("optim", "grad_clip"): ("optim", "max_grad_norm"),
-    ("optim", "beta1"): ("optim", "betas"),
-    ("optim", "beta2"): ("optim", "betas"),
-    ("optim", "epochs"): ("schedule", "epochs"),
-    ("optim", "early_stop_patience"): ("schedule", "early_stop_patience"),
-    **{("loss", name): ("weights", name) for name in ("nce_clip", "nce_frame", "div", "intra", "inter")},
-    **{("loss", name): ("base", name) for name in ("margin", "div_delta", "div_alpha", "div_lambda",
-                                                   "hard_negative_topk", "video_negative", "nce_video_to_text")},
-    ("loss", "inter_tau"): ("inter", "tau"),
-    ("loss", "intra_tau"): ("intra", "tau"),
-}
-_SPLIT_BETAS = {("optim", "beta1"): 0, ("optim", "beta2"): 1}
-_NOT_REPLACEABLE = {("loss", "evidential_preset"), ("loss", "loss_dataset")}
-_OLD_SECTIONS = ("loss",)
-
-
-def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """A config dict of an earlier version in today's form (:data:`RENAMED`).
-
-    The ``loss`` section (up to release 1.0.0) named the registry entry of L_inter and L_intra
-    (``evidential_preset``, ``loss_dataset``, ``inter_tau``/``intra_tau`` overriding its τ); its ``inter``,
-    ``transport`` and ``intra`` sections are read from the registry here, once.
-    """
-    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    loss = data.pop("loss", None)
-    if loss is not None:
-        known = {name for (section, name) in RENAMED if section == "loss"} | {n for _, n in _NOT_REPLACEABLE}
-        bad = set(loss) - known
-        if bad:
-            raise ValueError(f"unknown keys {sorted(bad)} in config section 'loss'; expected {sorted(known)}")
-        entry = holmes_settings(loss.pop("evidential_preset", "release"), loss.pop("loss_dataset", "tvr"))
-        taus = {"inter": loss.pop("inter_tau", None), "transport": None, "intra": loss.pop("intra_tau", None)}
-        for name, tau in taus.items():
-            if name in data:
-                raise ValueError(f"config sections 'loss' (of release 1.0.0 and earlier) and {name!r} are both "
-                                 f"given; give {name!r} only")
-            data[name] = _fields(getattr(entry, name))
-            if tau is not None:  # None: the entry's own τ
-                data[name]["tau"] = tau
-        data["loss"] = loss
-    for (old_section, old_name), (section, name) in RENAMED.items():
-        old = data.get(old_section)
-        if not isinstance(old, dict) or old_name not in old:
-            continue
-        value = old.pop(old_name)
-        target = data.setdefault(section, {})
-        if (old_section, old_name) in _SPLIT_BETAS:
-            index = _SPLIT_BETAS[(old_section, old_name)]
-            betas = list(target.get("betas") or _DEFAULT_SECTIONS()["optim"].betas)
-            betas[index] = value
-            target["betas"] = betas
-            continue
-        if name in target and target[name] != value:
-            raise ValueError(f"{old_section}.{old_name} ({value}) and {section}.{name} ({target[name]}) disagree; "
-                             f"give {section}.{name} only")
-        target[name] = value
-    data.pop("loss", None)
-    return data
+_OLD_CONFIG_HINT = ("; a config of release 1.x? Version 3.0 no longer migrates their names (the changelog of "
+                    "2.0.0 lists the renames)")
 
 
 _SECTION_TYPES: dict[str, type] = {

@@ -164,19 +164,15 @@ def test_every_registry_field_reaches_the_model_the_optimiser_and_the_objective(
                 assert same(getattr(criterion.intra.fot, field.name), getattr(section, field.name)), field.name
 
 
-def test_a_config_of_the_previous_version_still_loads(micro_split):
-    """The format of commit e4b604a: ``optim.max_query_len``, and no ``loss.video_negative`` /
-    ``loss.nce_video_to_text`` (built from the d77b6c1 file of the same run)."""
+def test_a_checkpoint_config_of_release_1_is_refused_on_resume(micro_split):
+    """The format of commit e4b604a (release 1.0.0: ``optim.max_query_len``, a ``loss`` section, built from
+    the d77b6c1 file of the same run): version 3.0 no longer migrates it, so a resume names the old keys."""
     path = Path(__file__).parent / "previous_configs" / "activitynet_paper_d77b6c1.json"
     old = json.loads(path.read_text(encoding="utf-8"))
-    query_len = old["model"].pop("max_query_len")
-    old["optim"]["max_query_len"] = query_len  # where it was before
-    for key in ("video_negative", "nce_video_to_text"):
-        old["loss"].pop(key)
-    config = HolmesConfig.from_dict(old)
-    assert config == from_registry("activitynet", "paper") and config.model.max_query_len == query_len == 64
-    # a checkpoint of that version resumes: its config is the same run's
-    assert HolmesTask(config, micro_split, micro_split).config_differences(old) == []
-    old["model"]["max_query_len"] = 30
-    with pytest.raises(ValueError, match="optim.max_query_len .* and model.max_query_len .* disagree"):
-        HolmesConfig.from_dict(old)
+    old["optim"]["max_query_len"] = old["model"].pop("max_query_len")  # where it was then
+    task = HolmesTask(from_registry("activitynet", "paper"), micro_split, micro_split)
+    with pytest.raises(ValueError, match=r"unknown config keys \['loss'\].*release 1.x"):
+        task.config_differences(old)
+    del old["loss"]
+    with pytest.raises(ValueError, match=r"'max_query_len'.* in config section 'optim'"):
+        task.config_differences(old)

@@ -10,6 +10,8 @@ from evidential_prvr import functional as F
 from evidential_prvr.probabilistic import HUDObjective
 
 ot = ep.FlexibleOT(epsilon=0.1, n_iter=50)  # typo: the parameter is n_iters
+m = ep.FlexibleOT(method="lgo")  # misspelt choice in a written-out constructor
+u = ep.UncertaintyGuidedIdentifier(fusion="uncertain")  # misspelt choice
 r = F.flexible_ot(torch.rand(2, 3, 4), epsilon="x")  # wrong type
 c = ep.HolmesCriterion.from_preset("release", "tvr", inter_weigth=0.2)  # typo in an override
 b = ep.BaseRetrievalLoss.from_preset("release", dataset="tvr", video_negative="hardset")  # misspelt choice

@@ -1,4 +1,4 @@
-"""Selective-retrieval figures over runs with the hierarchical interval (``evidential_prvr._selective_comparison``)."""
+"""Selective-retrieval figures over runs with the hierarchical interval (``evidential_prvr._selective_bootstrap``)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from evidential_prvr._paired_comparison import RunComparison, Runs, _as_runs, _padded, _resamples
+from evidential_prvr._hierarchical_bootstrap import RunComparison, Runs, _as_runs, _padded, _resamples
 
 #: The selective figures DAB reports (its "Key Findings"): the AURC of the top-1 error and R@1 among the 10 %
 #: and 25 % most confident queries.
