@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from evidential_prvr._checks import check_choice, check_positive_int, check_tensor
-from evidential_prvr._gallery_search import rerank_candidates, token_norms
+from evidential_prvr._gallery_search import SearchScoring, _scoring, rerank_candidates, token_norms
 from evidential_prvr._numerics import normalize_rows
 
 INDEX_TYPES = ("flat", "ivf", "ivfpq", "hnsw")
@@ -295,9 +295,7 @@ class ClipIndex:
         num_candidates: int | None = None,
         frames: torch.Tensor | None = None,
         frame_mask: torch.Tensor | None = None,
-        clip_weight: float = 0.5,
-        frame_weight: float = 0.5,
-        padded_frame_score: float | None = None,
+        scoring: SearchScoring | None = None,
         target: torch.Tensor | None = None,
         memory_budget: int = 64 * 2**20,
     ) -> Any:
@@ -311,14 +309,23 @@ class ClipIndex:
             Videos returned per query.
         num_candidates : int, optional
             ``K' >= k`` candidate videos re-ranked per query (default ``k``).
-        frames, frame_mask, clip_weight, frame_weight, padded_frame_score, target, memory_budget
+        frames, frame_mask, target, memory_budget
             As in :func:`~evidential_prvr.search.rerank_candidates` (the frames of the same videos).
+        scoring : SearchScoring, optional
+            Branch weights and padded-frame score of Eq. 2 (default ``SearchScoring()``). Its ``normalize``
+            must be ``True``: the index holds L2-normalised clips and chooses candidates by cosine, and the
+            re-ranking divides by the index's clip norms.
 
         Returns
         -------
         SearchResult
         """
         check_positive_int(k, "k")
+        scoring = _scoring(scoring)
+        if not scoring.normalize:
+            raise ValueError("ClipIndex.search needs scoring.normalize=True (cosine scores): the index holds "
+                             "L2-normalised clips and chooses the candidates by cosine; for dot-product scores call "
+                             "rerank_candidates(..., scoring=SearchScoring(normalize=False)) with your candidates")
         if num_candidates is None:
             num_candidates = k
         check_positive_int(num_candidates, "num_candidates")
@@ -327,6 +334,6 @@ class ClipIndex:
         candidates = self.candidates(queries, num_candidates)
         return rerank_candidates(
             queries, candidates, self.clips, frames, frame_mask, k=min(k, candidates.shape[1]),
-            clip_weight=clip_weight, frame_weight=frame_weight, padded_frame_score=padded_frame_score, target=target,
-            clip_norms=self.clip_norms, memory_budget=memory_budget, validate_args=False,
+            scoring=scoring, target=target, clip_norms=self.clip_norms, memory_budget=memory_budget,
+            validate_args=False,
         )

@@ -1,5 +1,6 @@
 """Exact search over a gallery's clip and frame embeddings: :func:`gallery_search` (streamed top-k),
-:func:`rerank_candidates` (exact scores of given candidates) and :func:`token_norms`. Public as
+:func:`rerank_candidates` (exact scores of given candidates), :func:`token_norms` and the Eq. 1-2 settings
+they share, :class:`SearchScoring`. Public as
 :mod:`evidential_prvr.search`, whose description says how they fit together."""
 
 from __future__ import annotations
@@ -24,7 +25,74 @@ from evidential_prvr._numerics import HALF_DTYPES, normalize_rows
 from evidential_prvr._rerank_kernels import pair_max
 from evidential_prvr.functional._gallery import _QueryCandidates
 
-__all__ = ["SearchResult", "gallery_search", "rerank_candidates", "token_norms"]
+__all__ = ["SearchScoring", "SearchResult", "gallery_search", "rerank_candidates", "token_norms"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchScoring:
+    """How a search scores a (query, video) pair (Holmes Eq. 1-2): the settings shared by
+    :func:`gallery_search`, :func:`rerank_candidates` and :meth:`ClipIndex.search`, checked once.
+
+    .. math::
+
+        s(q, v) = \\alpha_f s^f(q, v) + \\alpha_c s^c(q, v) \\quad \\text{(Eq. 2)},
+
+    where :math:`s^c, s^f` are the max over a video's clips and (valid) frames of their similarity to the
+    query (Eq. 1). Keyword-only; ``None`` where a search takes ``scoring=`` means these defaults.
+
+    Attributes
+    ----------
+    clip_weight : float
+        :math:`\\alpha_c` of Eq. 2 (used only with frames; without them the ranking score is the clip score).
+    frame_weight : float
+        :math:`\\alpha_f` of Eq. 2.
+    padded_frame_score : float or None
+        Score of a padded frame (``frame_mask`` ``False``); ``None``: the compute dtype's most negative
+        value, so that it never wins.
+    normalize : bool
+        L2-normalise queries and tokens, so that the similarities are cosines (Eq. 1); ``False`` uses the
+        dot products (not with :meth:`ClipIndex.search`, whose index holds normalised clips).
+
+    Examples
+    --------
+    >>> from evidential_prvr.search import SearchScoring
+    >>> SearchScoring()
+    SearchScoring(clip_weight=0.5, frame_weight=0.5, padded_frame_score=None, normalize=True)
+    >>> SearchScoring(clip_weight=0.6, frame_weight=0.4).frame_weight
+    0.4
+    >>> SearchScoring(clip_weight="0.6")
+    Traceback (most recent call last):
+        ...
+    TypeError: clip_weight must be a float, got str
+
+    References
+    ----------
+    Holmes (ICML 2026), Eq. 1-2.
+    """
+
+    clip_weight: float = 0.5
+    frame_weight: float = 0.5
+    padded_frame_score: float | None = None
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        for name, value in (("clip_weight", self.clip_weight), ("frame_weight", self.frame_weight)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+        padded = self.padded_frame_score
+        if padded is not None and (isinstance(padded, bool) or not isinstance(padded, (int, float))):
+            raise TypeError(f"padded_frame_score must be a float or None, got {type(padded).__name__}")
+        if not isinstance(self.normalize, bool):
+            raise TypeError(f"normalize must be a bool, got {type(self.normalize).__name__}")
+
+
+def _scoring(scoring: object) -> SearchScoring:
+    """``scoring`` checked: a :class:`SearchScoring`, or its defaults for ``None``."""
+    if scoring is None:
+        return SearchScoring()
+    if not isinstance(scoring, SearchScoring):
+        raise TypeError(f"scoring must be a SearchScoring or None, got {type(scoring).__name__}")
+    return scoring
 
 
 @dataclass(frozen=True)
@@ -121,7 +189,7 @@ class SearchResult(_QueryCandidates):
 
 
 def _check_gallery(
-    queries: object, clips: object, frames: object, frame_mask: object, target: object
+    queries: object, clips: object, *, frames: object, frame_mask: object, target: object
 ) -> tuple[int, int, torch.Tensor | None]:
     """Shapes and devices of a search's inputs; returns ``(num_queries, num_videos, frame_mask)``."""
     check_tensor(queries, "queries", ndim=2, floating=True)
@@ -159,7 +227,7 @@ at full speed."""
 
 
 def _max_over_tokens(
-    queries: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor | None, fill: float | None,
+    queries: torch.Tensor, tokens: torch.Tensor, *, mask: torch.Tensor | None = None, fill: float | None = None,
     buffer: torch.Tensor, out: torch.Tensor,
 ) -> torch.Tensor:
     """Writes into ``out [v, q]`` the max over each video's tokens of ``tokens @ queries`` and returns it.
@@ -184,22 +252,14 @@ def _max_over_tokens(
     return out
 
 
-def _prepare(tokens: torch.Tensor, device: torch.device, dtype: torch.dtype, normalize: bool) -> torch.Tensor:
+def _prepare(tokens: torch.Tensor, *, device: torch.device, dtype: torch.dtype, normalize: bool) -> torch.Tensor:
     tokens = tokens.to(device=device, dtype=dtype)
     return normalize_rows(tokens, dtype) if normalize else tokens
 
 
-def _combine(clip: torch.Tensor, frame: torch.Tensor | None, clip_weight: float, frame_weight: float) -> torch.Tensor:
-    return clip if frame is None else frame_weight * frame + clip_weight * clip
-
-
-def _check_weights(clip_weight: float, frame_weight: float, padded_frame_score: float | None) -> None:
-    for name, value in (("clip_weight", clip_weight), ("frame_weight", frame_weight)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if padded_frame_score is not None and (isinstance(padded_frame_score, bool)
-                                           or not isinstance(padded_frame_score, (int, float))):
-        raise TypeError(f"padded_frame_score must be a float or None, got {type(padded_frame_score).__name__}")
+def _combine(clip: torch.Tensor, frame: torch.Tensor | None, scoring: SearchScoring) -> torch.Tensor:
+    """The ranking score of Eq. 2 (the clip score without frames)."""
+    return clip if frame is None else scoring.frame_weight * frame + scoring.clip_weight * clip
 
 
 @torch.no_grad()
@@ -210,11 +270,8 @@ def gallery_search(
     frame_mask: torch.Tensor | None = None,
     *,
     k: int = 100,
-    clip_weight: float = 0.5,
-    frame_weight: float = 0.5,
-    padded_frame_score: float | None = None,
+    scoring: SearchScoring | None = None,
     target: torch.Tensor | None = None,
-    normalize: bool = True,
     query_chunk: int = 2048,
     video_chunk: int = 256,
     validate_args: bool | None = None,
@@ -245,14 +302,12 @@ def gallery_search(
     k : int
         Videos kept per query (capped at ``V``). For :meth:`SearchResult.recall_at_k` with cut-offs up to
         ``K``, search with ``k > K``.
-    clip_weight, frame_weight : float
-        :math:`\\alpha_c, \\alpha_f` of Eq. 2 (used only with ``frames``).
-    padded_frame_score : float, optional
-        Score of a padded frame (default: the dtype's most negative value, so it never wins).
+    scoring : SearchScoring, optional
+        The Eq. 1-2 settings: branch weights :math:`\\alpha_c, \\alpha_f` (used only with ``frames``), the
+        score of a padded frame, and whether to L2-normalise (cosine) or use the dot products (default
+        ``SearchScoring()``: weights 0.5 and 0.5, cosines).
     target : torch.Tensor, optional
         ``int64 [Q]`` annotated video per query: its scores are recorded for ranks, recall and Eq. 7.
-    normalize : bool
-        L2-normalise queries and tokens (cosine, Eq. 1); ``False`` uses the dot products.
     query_chunk, video_chunk : int
         Block sizes; peak temporary memory about ``query_chunk * video_chunk * max(M_c, M_f)`` scores.
     validate_args : bool, optional
@@ -272,18 +327,22 @@ def gallery_search(
     >>> res = gallery_search(queries, clips, k=5, video_chunk=16, target=torch.tensor([3, 7]))
     >>> res.indices[:, 0].tolist(), res.recall_at_k(ks=(1, 4))
     ([3, 7], {'R@1': 100.0, 'R@4': 100.0, 'SumR': 200.0})
+    >>> from evidential_prvr.search import SearchScoring
+    >>> frames = torch.randn(50, 6, 8, generator=torch.Generator().manual_seed(1))
+    >>> both = gallery_search(queries, clips, frames, k=5, scoring=SearchScoring(clip_weight=0.6, frame_weight=0.4))
+    >>> torch.allclose(both.scores, 0.4 * both.frame_scores + 0.6 * both.clip_scores)
+    True
 
     References
     ----------
     Holmes (ICML 2026), Eq. 1-2; Dong et al., "Partially Relevant Video Retrieval" (MS-SL), ACM MM 2022.
     """
-    num_queries, num_videos, mask = _check_gallery(queries, clips, frames, frame_mask, target)
+    num_queries, num_videos, mask = _check_gallery(queries, clips, frames=frames, frame_mask=frame_mask,
+                                                   target=target)
     check_positive_int(k, "k")
     check_positive_int(query_chunk, "query_chunk")
     check_positive_int(video_chunk, "video_chunk")
-    _check_weights(clip_weight, frame_weight, padded_frame_score)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    scoring = _scoring(scoring)
     if should_validate(validate_args):
         check_finite(queries, "queries")
         check_finite(clips, "clips")
@@ -293,7 +352,7 @@ def gallery_search(
     dtype = torch.promote_types(compute_dtype(queries), compute_dtype(clips))
     if frames is not None:
         dtype = torch.promote_types(dtype, compute_dtype(frames))
-    q_all = _prepare(queries, device, dtype, normalize)
+    q_all = _prepare(queries, device=device, dtype=dtype, normalize=scoring.normalize)
     kept = min(k, num_videos)
     has_frames = frames is not None
     starts = range(0, num_queries, query_chunk)
@@ -333,21 +392,22 @@ def gallery_search(
     # videos outside, queries inside: each block of the gallery is moved and normalised once
     group_start = filled = 0
     for v0 in range(0, num_videos, video_chunk):
-        clip_block = _prepare(clips[v0 : v0 + video_chunk], device, dtype, normalize)
+        clip_block = _prepare(clips[v0 : v0 + video_chunk], device=device, dtype=dtype, normalize=scoring.normalize)
         block = clip_block.shape[0]
         frame_block = block_mask = None
         if frames is not None:
-            frame_block = _prepare(frames[v0 : v0 + block], device, dtype, normalize)
+            frame_block = _prepare(frames[v0 : v0 + block], device=device, dtype=dtype, normalize=scoring.normalize)
             block_mask = None if mask is None else mask[v0 : v0 + block].to(device)
         for c, (q0, q) in enumerate(zip(starts, chunks)):
             outs = [buffer[: block * q.shape[0]].view(block, q.shape[0]) for buffer in scratch]
             if frame_block is not None:  # has_frames
-                clip = _max_over_tokens(q, clip_block, None, None, product, outs[1])
-                frame = _max_over_tokens(q, frame_block, block_mask, padded_frame_score, product, outs[2])
+                clip = _max_over_tokens(q, clip_block, buffer=product, out=outs[1])
+                frame = _max_over_tokens(q, frame_block, mask=block_mask, fill=scoring.padded_frame_score,
+                                         buffer=product, out=outs[2])
                 # rounded as _combine rounds it, so that re-ranked and streamed scores agree bit for bit
-                score = torch.mul(frame, frame_weight, out=outs[0]).add_(clip_weight * clip)
+                score = torch.mul(frame, scoring.frame_weight, out=outs[0]).add_(scoring.clip_weight * clip)
             else:
-                score = clip = _max_over_tokens(q, clip_block, None, None, product, outs[0])
+                score = clip = _max_over_tokens(q, clip_block, buffer=product, out=outs[0])
                 frame = None
             if target is not None:
                 local = target[q0 : q0 + query_chunk] - v0
@@ -405,11 +465,8 @@ def rerank_candidates(
     frame_mask: torch.Tensor | None = None,
     *,
     k: int | None = None,
-    clip_weight: float = 0.5,
-    frame_weight: float = 0.5,
-    padded_frame_score: float | None = None,
+    scoring: SearchScoring | None = None,
     target: torch.Tensor | None = None,
-    normalize: bool = True,
     clip_norms: torch.Tensor | None = None,
     frame_norms: torch.Tensor | None = None,
     memory_budget: int = 64 * 2**20,
@@ -428,11 +485,11 @@ def rerank_candidates(
         The gallery, as in :func:`gallery_search`.
     k : int, optional
         Videos kept per query after re-ranking (default ``C``).
-    clip_weight, frame_weight, padded_frame_score, target, normalize
+    scoring, target
         As in :func:`gallery_search` (the target's scores are computed exactly, retrieved or not).
     clip_norms, frame_norms : torch.Tensor, optional
-        ``[V, M]`` :func:`token_norms` of ``clips`` / ``frames`` (with ``normalize``), to reuse across calls;
-        default computed here.
+        ``[V, M]`` :func:`token_norms` of ``clips`` / ``frames`` (with ``scoring.normalize``), to reuse across
+        calls; default computed here.
     memory_budget : int
         Bytes per step, which sets how many queries are re-ranked at a time. Few pairs (fewer than half the
         gallery's videos, their tokens within the budget) gather their tokens, and the budget bounds the
@@ -459,7 +516,8 @@ def rerank_candidates(
     ----------
     Holmes (ICML 2026), Eq. 1-2.
     """
-    num_queries, num_videos, mask = _check_gallery(queries, clips, frames, frame_mask, target)
+    num_queries, num_videos, mask = _check_gallery(queries, clips, frames=frames, frame_mask=frame_mask,
+                                                   target=target)
     check_tensor(candidates, "candidates", ndim=2)
     if candidates.is_floating_point() or candidates.dtype == torch.bool:
         raise TypeError(f"candidates must have an integer dtype, got {candidates.dtype}")
@@ -470,7 +528,7 @@ def rerank_candidates(
     if k is not None:
         check_positive_int(k, "k")
     check_positive_int(memory_budget, "memory_budget")
-    _check_weights(clip_weight, frame_weight, padded_frame_score)
+    scoring = _scoring(scoring)
     if should_validate(validate_args):
         check_finite(queries, "queries")
         if bool((candidates < -1).any()) or bool((candidates >= num_videos).any()):
@@ -480,7 +538,7 @@ def rerank_candidates(
     dtype = torch.promote_types(compute_dtype(queries), compute_dtype(clips))
     if frames is not None:
         dtype = torch.promote_types(dtype, compute_dtype(frames))
-    q_all = _prepare(queries, device, dtype, normalize)
+    q_all = _prepare(queries, device=device, dtype=dtype, normalize=scoring.normalize)
     candidates = candidates.long()
     count = candidates.shape[1]
     tokens = clips.shape[1] + (0 if frames is None else frames.shape[1])
@@ -490,7 +548,7 @@ def rerank_candidates(
         # the budget then bounds the pairs' own indices and scores, about 64 bytes each
         step = max(step, memory_budget // (64 * count))
 
-    if normalize:
+    if scoring.normalize:
         clip_norms = token_norms(clips) if clip_norms is None else clip_norms
         if frames is not None:
             frame_norms = token_norms(frames) if frame_norms is None else frame_norms
@@ -503,11 +561,12 @@ def rerank_candidates(
     buffers: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
 
     def score(cand: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        clip = pair_max(q, clips, clip_norms, cand, None, None, dtype, buffers[0], memory_budget)
+        clip = pair_max(q, clips, cand, norms=clip_norms, dtype=dtype, buffer=buffers[0], memory_budget=memory_budget)
         frame = None
         if frames is not None:
-            frame = pair_max(q, frames, frame_norms, cand, mask, padded_frame_score, dtype, buffers[1], memory_budget)
-        return _combine(clip, frame, clip_weight, frame_weight), clip, frame
+            frame = pair_max(q, frames, cand, norms=frame_norms, mask=mask, fill=scoring.padded_frame_score,
+                             dtype=dtype, buffer=buffers[1], memory_budget=memory_budget)
+        return _combine(clip, frame, scoring), clip, frame
 
     kept = count if k is None else min(k, count)
     parts: dict[str, list[torch.Tensor]] = {name: [] for name in ("idx", "s", "c", "f", "ts", "tc", "tf")}

@@ -25,7 +25,7 @@ _LANE = 64
 """Most queries stacked against one video in one product (a video with more gets several lanes)."""
 
 
-def _finish(dots: torch.Tensor, norms: torch.Tensor | None, valid: torch.Tensor | None, fill: float | None,
+def _finish(dots: torch.Tensor, *, norms: torch.Tensor | None, valid: torch.Tensor | None, fill: float | None,
             token_dim: int) -> torch.Tensor:
     """Divide by the token norms, mask invalid tokens, then max over the token dimension ``token_dim``."""
     if norms is not None:
@@ -36,8 +36,8 @@ def _finish(dots: torch.Tensor, norms: torch.Tensor | None, valid: torch.Tensor 
 
 
 def gathered_max(
-    queries: torch.Tensor, tokens: torch.Tensor, norms: torch.Tensor | None, candidates: torch.Tensor,
-    mask: torch.Tensor | None, fill: float | None, dtype: torch.dtype, buffer: list[torch.Tensor],
+    queries: torch.Tensor, tokens: torch.Tensor, candidates: torch.Tensor, *, norms: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None, fill: float | None = None, dtype: torch.dtype, buffer: list[torch.Tensor],
 ) -> torch.Tensor:
     """``[q, C]`` max over the tokens of each query's own candidate videos (a batched matrix-vector product;
     the gathered tokens are divided by their norms after the product, not normalised one by one).
@@ -56,13 +56,13 @@ def gathered_max(
     dots = torch.bmm(picked, queries.unsqueeze(2)).view(rows, count, positions)
     selected_norms = None if norms is None else norms.index_select(0, flat).to(queries.device, dtype)
     valid = None if mask is None else mask.index_select(0, flat).to(queries.device).view(rows, count, positions)
-    return _finish(dots, None if selected_norms is None else selected_norms.view(rows, count, positions), valid,
-                   fill, 2)
+    return _finish(dots, norms=None if selected_norms is None else selected_norms.view(rows, count, positions),
+                   valid=valid, fill=fill, token_dim=2)
 
 
 def swept_max(
-    queries: torch.Tensor, tokens: torch.Tensor, norms: torch.Tensor | None, candidates: torch.Tensor,
-    mask: torch.Tensor | None, fill: float | None, dtype: torch.dtype, video_chunk: int = 256,
+    queries: torch.Tensor, tokens: torch.Tensor, candidates: torch.Tensor, *, norms: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None, fill: float | None = None, dtype: torch.dtype, video_chunk: int = 256,
 ) -> torch.Tensor:
     """The scores of :func:`gathered_max`, computed by one sweep over the gallery's videos.
 
@@ -111,8 +111,8 @@ def swept_max(
             block_norms = None if block_norms is None else block_norms.index_select(0, owner)
             block_mask = None if block_mask is None else block_mask.index_select(0, owner)
         dots = torch.bmm(padded[stacked], block_tokens.transpose(1, 2))  # [lanes, width, M]
-        best = _finish(dots, None if block_norms is None else block_norms.unsqueeze(1),
-                       None if block_mask is None else block_mask.unsqueeze(1), fill, 2)
+        best = _finish(dots, norms=None if block_norms is None else block_norms.unsqueeze(1),
+                       valid=None if block_mask is None else block_mask.unsqueeze(1), fill=fill, token_dim=2)
         result[p0:p1] = best[row[p0:p1] - l0, column[p0:p1]]
     scores = torch.empty_like(result)
     scores[order] = result
@@ -120,8 +120,8 @@ def swept_max(
 
 
 def pair_max(
-    queries: torch.Tensor, tokens: torch.Tensor, norms: torch.Tensor | None, candidates: torch.Tensor,
-    mask: torch.Tensor | None, fill: float | None, dtype: torch.dtype, buffer: list[torch.Tensor],
+    queries: torch.Tensor, tokens: torch.Tensor, candidates: torch.Tensor, *, norms: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None, fill: float | None = None, dtype: torch.dtype, buffer: list[torch.Tensor],
     memory_budget: int,
 ) -> torch.Tensor:
     """:func:`swept_max` when the pairs outnumber half the gallery's videos (the gather would then move more
@@ -130,5 +130,5 @@ def pair_max(
     videos, positions, dim = tokens.shape
     gathered_bytes = candidates.numel() * positions * dim * tokens.element_size()
     if 2 * candidates.numel() >= videos or gathered_bytes > memory_budget:
-        return swept_max(queries, tokens, norms, candidates, mask, fill, dtype)
-    return gathered_max(queries, tokens, norms, candidates, mask, fill, dtype, buffer)
+        return swept_max(queries, tokens, candidates, norms=norms, mask=mask, fill=fill, dtype=dtype)
+    return gathered_max(queries, tokens, candidates, norms=norms, mask=mask, fill=fill, dtype=dtype, buffer=buffer)

@@ -12,16 +12,25 @@ for many queries, does the ``query × video`` matrix. This module never builds e
   the ``faiss`` extra): top-K' candidate videos per query by their best clip, then
   :func:`rerank_candidates`, the exact max-similarity over the candidates' clips (and frames).
 
-Both return a :class:`SearchResult`: the ranked candidates, their branch scores, and, given a target
-video per query, the target's scores, from which :meth:`SearchResult.target_ranks` and
-:meth:`SearchResult.recall_at_k` follow, and :meth:`evidential_prvr.GalleryUncertainty.search_opinion`
-forms the opinions over the top-k (Holmes Eq. 3-5, 7, 9, 16).
+Both score with the same Eq. 1-2 settings, one :class:`SearchScoring` (branch weights, the score of a
+padded frame, cosine or dot product) passed as ``scoring=``, and both return a :class:`SearchResult`: the
+ranked candidates, their branch scores, and, given a target video per query, the target's scores, from
+which :meth:`SearchResult.target_ranks` and :meth:`SearchResult.recall_at_k` follow, and
+:meth:`evidential_prvr.GalleryUncertainty.search_opinion` forms the opinions over the top-k (Holmes Eq.
+3-5, 7, 9, 16).
 """
 
 from evidential_prvr._clip_index import INDEX_TYPES, ClipIndex, IndexSpec
-from evidential_prvr._gallery_search import SearchResult, gallery_search, rerank_candidates, token_norms
+from evidential_prvr._gallery_search import (
+    SearchResult,
+    SearchScoring,
+    gallery_search,
+    rerank_candidates,
+    token_norms,
+)
 
 __all__ = [
+    "SearchScoring",
     "SearchResult",
     "gallery_search",
     "rerank_candidates",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -12,7 +13,14 @@ from hypothesis import strategies as st
 from evidential_prvr import GalleryUncertainty
 from evidential_prvr import _gallery_search as search_module
 from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
-from evidential_prvr.search import ClipIndex, IndexSpec, SearchResult, gallery_search, rerank_candidates
+from evidential_prvr.search import (
+    ClipIndex,
+    IndexSpec,
+    SearchResult,
+    SearchScoring,
+    gallery_search,
+    rerank_candidates,
+)
 
 faiss = pytest.importorskip("faiss")  # the [faiss] extra; CI installs it (.ci/run)
 
@@ -44,7 +52,8 @@ def _brute(q, c, f=None, mask=None, fw=0.3, cw=0.7, fill=None):
 def test_streamed_search_equals_brute_force_for_any_blocks(query_chunk, video_chunk):
     q, c, f, mask, target = _gallery()
     clip, frame, score = _brute(q, c, f, mask, fill=-0.5)
-    res = gallery_search(q, c, f, mask, k=8, clip_weight=0.7, frame_weight=0.3, padded_frame_score=-0.5,
+    res = gallery_search(q, c, f, mask, k=8, scoring=SearchScoring(clip_weight=0.7, frame_weight=0.3,
+                                                                    padded_frame_score=-0.5),
                          target=target, query_chunk=query_chunk, video_chunk=video_chunk)
     top = score.topk(8, dim=1)
     assert torch.equal(res.indices, top.indices)
@@ -63,8 +72,8 @@ def test_products_taken_a_few_videos_at_a_time_equal_brute_force(monkeypatch, su
     monkeypatch.setattr(search_module, "_SUB_BLOCK_SCORES", sub_block)
     q, c, f, mask, target = _gallery()
     clip, frame, score = _brute(q, c, f, mask)
-    res = gallery_search(q, c, f, mask, k=8, clip_weight=0.7, frame_weight=0.3, target=target, query_chunk=4,
-                         video_chunk=9)
+    res = gallery_search(q, c, f, mask, k=8, scoring=SearchScoring(clip_weight=0.7, frame_weight=0.3), target=target,
+                         query_chunk=4, video_chunk=9)
     top = score.topk(8, dim=1)
     assert torch.equal(res.indices, top.indices)
     torch.testing.assert_close(res.scores, top.values, rtol=1e-12, atol=1e-12)
@@ -125,8 +134,8 @@ def test_search_opinion_equals_the_opinion_of_the_full_matrices(k, tanh_scaling)
     scale = torch.rand(11, dtype=torch.float64) + 0.5
     module = GalleryUncertainty(k=k, tau=0.2, tanh_scaling=tanh_scaling, query_chunk=4)
     full = module(frame, clip, ranking=score, query_scale=scale, target=target)
-    res = gallery_search(q, c, f, mask, k=17 if k is None else max(k, 2), clip_weight=0.7, frame_weight=0.3,
-                         target=target, video_chunk=4)
+    res = gallery_search(q, c, f, mask, k=17 if k is None else max(k, 2),
+                         scoring=SearchScoring(clip_weight=0.7, frame_weight=0.3), target=target, video_chunk=4)
     streamed = module.search_opinion(res, query_scale=scale)
     assert torch.equal(streamed.candidates, full.candidates) and torch.equal(streamed.correct, full.correct)
     for name in ("candidate_scores", "fused_belief", "conflict"):
@@ -250,3 +259,122 @@ def test_bad_inputs_are_named():
     with pytest.raises(TypeError, match="spec must be a str or an IndexSpec"):
         ClipIndex(c, 3)
     assert isinstance(index.search(q, k=2), SearchResult) and "flat" in repr(index)
+
+
+# --- SearchScoring: the one Eq. 1-2 settings object of the three searches --------------------------------------
+def _plain_scores(q, c, f, mask, *, clip_weight, frame_weight, fill, normalize):
+    """``[Q, V]`` clip, frame and ranking scores in plain torch, independent of the library: each (query, token)
+    similarity as an element-wise product summed over d (divided by both norms for a cosine), the max over a
+    video's positions (padded frames scored ``fill``), then the weighted sum of Eq. 2."""
+    def similarity(tokens):
+        dots = (q[:, None, None, :] * tokens[None]).sum(-1)  # [Q, V, M]
+        if normalize:
+            dots = dots / (q.norm(dim=-1)[:, None, None] * tokens.norm(dim=-1)[None])
+        return dots
+
+    clip = similarity(c).max(dim=-1).values
+    frame_sim = similarity(f)
+    padded = torch.full_like(frame_sim, torch.finfo(frame_sim.dtype).min if fill is None else fill)
+    frame = torch.where(mask[None], frame_sim, padded).max(dim=-1).values
+    return clip, frame, frame_weight * frame + clip_weight * clip
+
+
+_SCORINGS = [
+    dict(),
+    dict(clip_weight=0.7, frame_weight=0.3),
+    dict(clip_weight=0.25, frame_weight=0.75, padded_frame_score=-0.5),
+    dict(clip_weight=0.6, frame_weight=0.4, padded_frame_score=0.9),  # a padded frame beats most real ones
+    dict(clip_weight=1, frame_weight=2, normalize=False),  # ints, and dot products
+]
+
+
+@pytest.mark.parametrize("settings", _SCORINGS, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()) or "defaults")
+def test_gallery_search_and_rerank_with_a_scoring_equal_plain_torch(settings):
+    q, c, f, mask, target = _gallery(seed=11)
+    scoring = SearchScoring(**settings)
+    full = {**dict(clip_weight=0.5, frame_weight=0.5, padded_frame_score=None, normalize=True), **settings}
+    clip, frame, score = _plain_scores(q, c, f, mask, clip_weight=full["clip_weight"],
+                                       frame_weight=full["frame_weight"], fill=full["padded_frame_score"],
+                                       normalize=full["normalize"])
+    top = score.topk(8, dim=1)
+    searched = gallery_search(q, c, f, mask, k=8, scoring=scoring, target=target, query_chunk=4, video_chunk=5)
+    cand = torch.stack([torch.randperm(23, generator=torch.Generator().manual_seed(i))[:10] for i in range(9)])
+    reranked = rerank_candidates(q, cand, c, f, mask, k=6, scoring=scoring, target=target)
+    cand_top = score.gather(1, cand).topk(6, dim=1)
+    for res, indices, values in ((searched, top.indices, top.values),
+                                 (reranked, cand.gather(1, cand_top.indices), cand_top.values)):
+        assert torch.equal(res.indices, indices)
+        torch.testing.assert_close(res.scores, values, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(res.clip_scores, clip.gather(1, indices), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(res.frame_scores, frame.gather(1, indices), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(res.target_scores, score.gather(1, target[:, None])[:, 0], rtol=1e-12, atol=1e-12)
+    if not settings:  # None is the defaults, bit for bit
+        for fn, args in ((gallery_search, (q, c, f, mask)), (rerank_candidates, (q, cand, c, f, mask))):
+            a, b = fn(*args, k=6, target=target), fn(*args, k=6, scoring=None, target=target)
+            assert torch.equal(a.indices, b.indices) and torch.equal(a.scores, b.scores)
+            assert torch.equal(a.target_scores, b.target_scores)
+
+
+@pytest.mark.parametrize("settings", _SCORINGS[:4], ids=["defaults", "weights", "fill", "high-fill"])
+def test_clip_index_search_with_a_scoring_equals_plain_torch(settings):
+    q, c, f, mask, target = _gallery(seed=12, dtype=torch.float32, videos=30, clips=4, dim=8, queries=7)
+    full = {**dict(clip_weight=0.5, frame_weight=0.5, padded_frame_score=None), **settings}
+    clip, frame, score = _plain_scores(q.double(), c.double(), f.double(), mask, clip_weight=full["clip_weight"],
+                                       frame_weight=full["frame_weight"], fill=full["padded_frame_score"],
+                                       normalize=True)
+    # every video a candidate: the index's result is the full ranking
+    res = ClipIndex(c, "flat").search(q, k=5, num_candidates=30, frames=f, frame_mask=mask,
+                                      scoring=SearchScoring(**settings), target=target)
+    top = score.topk(5, dim=1)
+    assert torch.equal(res.indices, top.indices)
+    torch.testing.assert_close(res.scores.double(), top.values, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(res.frame_scores.double(), frame.gather(1, top.indices), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(res.target_scores.double(), score.gather(1, target[:, None])[:, 0], rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("clip_weight", "0.5", "clip_weight must be a float, got str"),
+    ("clip_weight", True, "clip_weight must be a float, got bool"),
+    ("frame_weight", None, "frame_weight must be a float, got NoneType"),
+    ("padded_frame_score", "low", "padded_frame_score must be a float or None, got str"),
+    ("padded_frame_score", False, "padded_frame_score must be a float or None, got bool"),
+    ("normalize", 1, "normalize must be a bool, got int"),
+])
+def test_search_scoring_refuses_a_bad_value_naming_the_field(field, value, message):
+    with pytest.raises(TypeError, match=f"^{message}$"):
+        SearchScoring(**{field: value})
+
+
+def test_search_scoring_is_frozen_keyword_only_and_typed():
+    scoring = SearchScoring()
+    assert (scoring.clip_weight, scoring.frame_weight, scoring.padded_frame_score, scoring.normalize) == (
+        0.5, 0.5, None, True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scoring.clip_weight = 0.7  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        SearchScoring(0.7, 0.3)  # type: ignore[misc]
+    assert SearchScoring(clip_weight=0.7, frame_weight=0.3) == SearchScoring(frame_weight=0.3, clip_weight=0.7)
+    hints = {f.name: f.type for f in dataclasses.fields(SearchScoring)}
+    assert hints == {"clip_weight": "float", "frame_weight": "float", "padded_frame_score": "float | None",
+                     "normalize": "bool"}
+
+
+def test_searches_take_only_a_search_scoring():
+    q, c, f, mask, _ = _gallery(dtype=torch.float32)
+    cand = torch.zeros(9, 2, dtype=torch.long)
+    index = ClipIndex(c, "flat")
+    calls = [lambda **kw: gallery_search(q, c, f, mask, **kw), lambda **kw: rerank_candidates(q, cand, c, f, **kw),
+             lambda **kw: index.search(q, k=2, frames=f, **kw)]
+    for call in calls:
+        with pytest.raises(TypeError, match="scoring must be a SearchScoring or None, got dict"):
+            call(scoring={"clip_weight": 0.7})
+        for old in ("clip_weight", "frame_weight", "padded_frame_score", "normalize"):  # 3.0: the keywords are gone
+            with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+                call(**{old: 0.5})
+
+
+def test_clip_index_search_refuses_dot_product_scoring():
+    q, c, _, _, _ = _gallery(dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"scoring\.normalize=True"):
+        ClipIndex(c, "flat").search(q, k=2, scoring=SearchScoring(normalize=False))

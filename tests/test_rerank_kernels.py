@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evidential_prvr import _rerank_kernels as kernels
-from evidential_prvr.search import rerank_candidates, token_norms
+from evidential_prvr.search import SearchScoring, rerank_candidates, token_norms
 
 
 def _brute(queries, tokens, candidates, mask=None, fill=None, normalize=True):
@@ -41,15 +41,15 @@ def test_sweep_and_gather_equal_brute_force(videos, tokens, queries, count, chun
     mask = mask if masked else None
     norms = token_norms(t)
     want = _brute(q, t, cand, mask, fill=-0.25)
-    swept = kernels.swept_max(q, t, norms, cand, mask, -0.25, torch.float64, video_chunk=chunk)
-    gathered = kernels.gathered_max(q, t, norms, cand, mask, -0.25, torch.float64, [])
+    swept = kernels.swept_max(q, t, cand, norms=norms, mask=mask, fill=-0.25, dtype=torch.float64, video_chunk=chunk)
+    gathered = kernels.gathered_max(q, t, cand, norms=norms, mask=mask, fill=-0.25, dtype=torch.float64, buffer=[])
     torch.testing.assert_close(swept, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(gathered, want, rtol=1e-12, atol=1e-12)
 
 
 def test_sweep_gives_a_hub_video_several_lanes():
     q, t, cand, _ = _case(videos=6, tokens=3, queries=3 * kernels._LANE + 5, count=2, seed=1, hub=True)
-    swept = kernels.swept_max(q, t, None, cand, None, None, torch.float64, video_chunk=4)
+    swept = kernels.swept_max(q, t, cand, dtype=torch.float64, video_chunk=4)
     torch.testing.assert_close(swept, _brute(q, t, cand, normalize=False), rtol=1e-12, atol=1e-12)
 
 
@@ -59,10 +59,10 @@ def test_pair_max_chooses_by_the_number_of_pairs(monkeypatch):
     for name in ("swept_max", "gathered_max"):
         real = getattr(kernels, name)
         monkeypatch.setattr(kernels, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
-    kernels.pair_max(q, t, None, cand, None, None, torch.float64, [], 2**20)  # 12 pairs < 20: gather
-    kernels.pair_max(q, t, None, torch.cat([cand, cand], 1), None, None, torch.float64, [], 2**20)  # 24 >= 20
+    kernels.pair_max(q, t, cand, dtype=torch.float64, buffer=[], memory_budget=2**20)  # 12 pairs < 20: gather
+    kernels.pair_max(q, t, torch.cat([cand, cand], 1), dtype=torch.float64, buffer=[], memory_budget=2**20)  # 24 >= 20
     # 12 pairs, but their 12 x 3 x 5 float64 tokens (1440 bytes) exceed a 1 KiB budget: sweep
-    kernels.pair_max(q, t, None, cand, None, None, torch.float64, [], 2**10)
+    kernels.pair_max(q, t, cand, dtype=torch.float64, buffer=[], memory_budget=2**10)
     assert calls == ["gathered_max", "swept_max", "swept_max"]
 
 
@@ -77,8 +77,8 @@ def test_rerank_with_many_pairs_equals_brute_force(budget):
     mask[:, 0] = True
     cand = torch.stack([torch.randperm(25, generator=gen)[:12] for _ in range(30)])
     target = torch.randint(0, 25, (30,), generator=gen)
-    res = rerank_candidates(q, cand, clips, frames, mask, k=5, clip_weight=0.6, frame_weight=0.4, target=target,
-                            memory_budget=budget)
+    res = rerank_candidates(q, cand, clips, frames, mask, k=5, scoring=SearchScoring(clip_weight=0.6, frame_weight=0.4),
+                            target=target, memory_budget=budget)
     qn = torch.nn.functional.normalize(q, dim=-1)
     clip = _brute(qn, clips, cand)
     frame = _brute(qn, frames, cand, mask)

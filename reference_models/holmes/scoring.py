@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from evidential_prvr.search import ClipIndex, SearchResult, gallery_search
+from evidential_prvr.search import ClipIndex, SearchResult, SearchScoring, gallery_search
 from reference_models.holmes.model import HolmesModel, Similarities, VideoEmbeddings, max_over_positions
 
 __all__ = ["score_matrix", "search_gallery", "index_search", "encode_all_videos", "encode_all_queries"]
@@ -87,10 +87,11 @@ def score_matrix(
 
 
 def _branch_arguments(model: HolmesModel, video_embeddings: VideoEmbeddings) -> dict[str, Any]:
-    """The gallery and Eq. 2 settings of ``model`` as keywords of the library's search functions."""
-    return dict(frames=video_embeddings.frame, frame_mask=video_embeddings.frame_mask,
-                clip_weight=model.config.clip_weight, frame_weight=model.config.frame_weight,
-                padded_frame_score=model.padded_frame_score)
+    """The gallery and Eq. 2 settings of ``model`` (a :class:`~evidential_prvr.search.SearchScoring`) as keywords
+    of the library's search functions."""
+    scoring = SearchScoring(clip_weight=model.config.clip_weight, frame_weight=model.config.frame_weight,
+                            padded_frame_score=model.padded_frame_score)
+    return dict(frames=video_embeddings.frame, frame_mask=video_embeddings.frame_mask, scoring=scoring)
 
 
 @torch.no_grad()
