@@ -38,6 +38,10 @@ SMOKE_RUNS = [
 @pytest.mark.parametrize(("script", "args", "expected"), SMOKE_RUNS, ids=[f"{run[0]}-{i}" for i, run in enumerate(SMOKE_RUNS)])
 def test_benchmark_runs(script, args, expected):
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # A benchmark times this processor's own kernels; and under ATEN_CPU_CAPABILITY=default torch 2.13's Inductor
+    # emits C++ that does not compile (flexible_ot.py's torch.compile row), so the scalar-kernel pass drops it here.
+    if env.get("ATEN_CPU_CAPABILITY") == "default":
+        del env["ATEN_CPU_CAPABILITY"]
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args.split()], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]

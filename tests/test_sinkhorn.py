@@ -3,6 +3,8 @@ and the eager loop under :func:`torch.compile` (the way to fuse it)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import ot
 import pytest
@@ -237,6 +239,11 @@ def _compile_case():
     return sim, qmask, cmask
 
 
+# Measured with torch 2.13.0: under ATEN_CPU_CAPABILITY=default Inductor picks no vector ISA yet still emits
+# at::vec::VecMask code for the masked reductions without including its header, so g++ fails ("'at::vec' has not
+# been declared"). CI's first pass (this processor's kernels) runs this test; the scalar-kernel pass cannot.
+@pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+                    reason="torch 2.13's Inductor emits uncompilable C++ under ATEN_CPU_CAPABILITY=default")
 def test_torch_compile_of_flexible_ot_gives_the_eager_plan():
     """The documented way to fuse the loop: ``torch.compile(FlexibleOT(...))``, one graph (Inductor), the eager
     plan to float32 rounding (the release preset: min-max normalisation, so ``"auto"`` takes the scaling loop
