@@ -18,6 +18,12 @@ from evidential_prvr._checks import check_choice
 from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import PresetModule
 from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
+from evidential_prvr._settings import (
+    BaseLossSettings,
+    BaseRetrievalSettings,
+    check_diversity_settings,
+    check_triplet_settings,
+)
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
     REDUCTIONS,
@@ -30,12 +36,8 @@ from evidential_prvr.choices import (
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._dirichlet_loss import reduce_rows
 from evidential_prvr.functional._retrieval_losses import (
-    BaseLossSettings,
     BaseRetrievalLossDetails,
-    BaseRetrievalSettings,
     _base_retrieval_loss,
-    check_diversity_settings,
-    check_triplet_settings,
     info_nce_loss,
     query_diversity_loss,
     triplet_ranking_loss,

@@ -26,12 +26,13 @@ from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
 from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
 from evidential_prvr._module_bases import PresetModule
+from evidential_prvr._settings import BaseRetrievalSettings
 from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails
-from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetails, BaseRetrievalSettings
+from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetails
 from evidential_prvr.functional._scores import check_score_layout, check_score_pair_shapes
 from evidential_prvr.presets import module_settings
 

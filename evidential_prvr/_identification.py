@@ -10,9 +10,10 @@ import torch
 from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._module_bases import _SettingsModule
 from evidential_prvr._overrides import check_settings, settings_fields
+from evidential_prvr._settings import IdentificationSettings
 from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
-from evidential_prvr.functional._identification import Identification, IdentificationSettings, run_identify
+from evidential_prvr.functional._identification import Identification, run_identify
 from evidential_prvr.presets import module_settings
 
 

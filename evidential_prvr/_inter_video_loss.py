@@ -12,6 +12,7 @@ from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
 from evidential_prvr._module_bases import PresetModule
 from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
+from evidential_prvr._settings import InterVideoSettings
 from evidential_prvr.choices import (
     REDUCTIONS,
     CalibrationSet,
@@ -25,7 +26,7 @@ from evidential_prvr.choices import (
     TanhScaling,
 )
 from evidential_prvr.functional._identification import BranchPair
-from evidential_prvr.functional._inter_video import InterVideoLossDetails, InterVideoSettings, _inter_video_loss
+from evidential_prvr.functional._inter_video import InterVideoLossDetails, _inter_video_loss
 from evidential_prvr.presets import module_settings
 
 

@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidential_prvr._checks import check_choice
+from evidential_prvr._settings import (
+    BaseLossSettings,
+    BaseRetrievalSettings,
+    IdentificationSettings,
+    InterVideoSettings,
+    IntraVideoSettings,
+    TransportSettings,
+)
 from evidential_prvr.choices import HUD_DATASETS, HUD_PRESETS, PRESETS
-from evidential_prvr.functional._flexible_ot import TransportSettings
-from evidential_prvr.functional._identification import IdentificationSettings
-from evidential_prvr.functional._inter_video import InterVideoSettings
-from evidential_prvr.functional._intra_video import IntraVideoSettings
-from evidential_prvr.functional._retrieval_losses import BaseLossSettings, BaseRetrievalSettings
 
 __all__ = [
     "PRESETS",

@@ -12,96 +12,65 @@ import torch
 import evidential_prvr as ep
 from evidential_prvr import functional as F
 from evidential_prvr import presets
-from evidential_prvr.functional._identification import IdentificationSettings
-from evidential_prvr.functional._retrieval_losses import BaseLossSettings, BaseRetrievalSettings
+from evidential_prvr._settings import BaseLossSettings, BaseRetrievalSettings, IdentificationSettings
 
 SCHEMAS = (IdentificationSettings, presets.InterVideoSettings, presets.TransportSettings, presets.IntraVideoSettings,
            BaseLossSettings, BaseRetrievalSettings)
 
-#: Which schema(s) give the defaults of each public callable; a parameter not named by any schema field
-#: needs no check. ``renames`` maps a parameter to the field it is (the older short names of three modules).
-DEFAULTS_OF = {
-    "UncertaintyGuidedIdentifier": [IdentificationSettings],
-    "identify": [IdentificationSettings],
-    "EvidentialRetrievalLoss": [presets.InterVideoSettings],
-    "inter_video_loss": [presets.InterVideoSettings],
-    "inter_video_loss_details": [presets.InterVideoSettings],
-    "FlexibleOT": [presets.TransportSettings],
-    "flexible_ot": [presets.TransportSettings],
-    "IntraVideoEvidentialLoss": [presets.IntraVideoSettings],
-    "intra_video_loss": [presets.IntraVideoSettings],
-    "intra_video_loss_details": [presets.IntraVideoSettings],
-    "BaseRetrievalLoss": [BaseRetrievalSettings],
-    "base_retrieval_loss": [BaseRetrievalSettings],
-    "base_retrieval_loss_details": [BaseRetrievalSettings],
-    "TripletRankingLoss": [BaseLossSettings],
-    "triplet_ranking_loss": [BaseLossSettings],
-    "InfoNCELoss": [BaseLossSettings],
-    "info_nce_loss": [BaseLossSettings],
-    "QueryDiversityLoss": [BaseLossSettings],
-    "query_diversity_loss": [BaseLossSettings],
-    "GalleryUncertainty": [IdentificationSettings],
-    "gallery_opinion": [IdentificationSettings],
-    "calibrated_target": [presets.InterVideoSettings],
-}
-RENAMES = {"video_to_text": "nce_video_to_text", "alpha": "div_alpha", "delta": "div_delta", "lam": "div_lambda"}
-#: Parameters whose default differs from the field on purpose.
-INTENDED = {
-    # in the functionals ``hard_negative_topk`` doubles as the switch: None = random negatives
-    ("base_retrieval_loss", "hard_negative_topk"), ("base_retrieval_loss_details", "hard_negative_topk"),
-    ("triplet_ranking_loss", "hard_negative_topk"),
-    # the gallery opinion's k-candidate evidence is not the in-batch identification's
-    ("gallery_opinion", "beta"),
-}
-#: Functionals/modules outside Holmes whose parameter names happen to match a field (DAB, HUD, transport).
-UNRELATED = {"sinkhorn", "select_sinkhorn_method", "scaling_range_bound", "evidence", "opinion", "kl_margin",
-             "pac_loss", "biased_max_similarity", "batch_classification_loss", "holistic_atomistic_consistency_loss",
-             "identify_query_types", "fit_query_thresholds", "batch_rule_query_types", "selective_confidence",
-             "GalleryQueryIdentifier", "SelectiveConfidence", "DempsterShaferFusion", "max_similarity"}
+#: Each public function and the module whose ``forward`` calls it.
+PAIRS = [
+    (F.identify, ep.UncertaintyGuidedIdentifier),
+    (F.inter_video_loss, ep.EvidentialRetrievalLoss),
+    (F.inter_video_loss_details, ep.EvidentialRetrievalLoss),
+    (F.flexible_ot, ep.FlexibleOT),
+    (F.intra_video_loss, ep.IntraVideoEvidentialLoss),
+    (F.intra_video_loss_details, ep.IntraVideoEvidentialLoss),
+    (F.base_retrieval_loss, ep.BaseRetrievalLoss),
+    (F.base_retrieval_loss_details, ep.BaseRetrievalLoss),
+    (F.triplet_ranking_loss, ep.TripletRankingLoss),
+    (F.info_nce_loss, ep.InfoNCELoss),
+    (F.query_diversity_loss, ep.QueryDiversityLoss),
+    (F.gallery_opinion, ep.GalleryUncertainty),
+]
 
 
-def _public_callables():
-    for module in (ep, F):
-        for name in module.__all__:
-            obj = getattr(module, name)
-            if inspect.isclass(obj) and issubclass(obj, torch.nn.Module):
-                yield name, obj.__init__
-            elif inspect.isfunction(obj):
-                yield name, obj
+def _keyword_defaults(fn):
+    return {p.name: p.default for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty}
 
 
-def test_every_signature_default_agrees_with_its_dataclass():
-    fields = {f.name for schema in SCHEMAS for f in dataclasses.fields(schema)}
-    checked, disagreements, unmapped = 0, [], []
-    for name, fn in _public_callables():
-        params = [p for p in inspect.signature(fn).parameters.values() if p.default is not inspect.Parameter.empty]
-        schemas = DEFAULTS_OF.get(name)
-        if schemas is None:
-            hits = [p.name for p in params if RENAMES.get(p.name, p.name) in fields]
-            if hits and name not in UNRELATED:
-                unmapped.append((name, hits))
-            continue
-        for p in params:
-            field = RENAMES.get(p.name, p.name)
-            for schema in schemas:
-                if field in schema.__dataclass_fields__ and (name, p.name) not in INTENDED:
-                    checked += 1
-                    default = schema.__dataclass_fields__[field].default
-                    if p.default != default:
-                        disagreements.append((name, p.name, p.default, default))
-                    break
-    assert unmapped == [], "map these callables to their schema in DEFAULTS_OF (or list them as UNRELATED)"
-    assert disagreements == []
-    assert checked > 60  # the walk really compared the defaults
+def _disagreements(function, module):
+    """The keywords a function and its module both take whose defaults differ. A function may default an option to
+    ``None`` (off) where its module has a ``use_*`` switch instead (the triplet's hard negatives)."""
+    fn, mod = _keyword_defaults(function), _keyword_defaults(module.__init__)
+    has_switch = any(name.startswith("use_") and isinstance(default, bool) for name, default in mod.items())
+    return [(name, fn[name], mod[name]) for name in fn.keys() & mod.keys()
+            if fn[name] != mod[name] and not (fn[name] is None and has_switch)]
 
 
-def test_the_walk_catches_a_disagreeing_default(monkeypatch):
-    def flexible_ot(sim, *, epsilon: float = 0.2):  # a default written twice, differently
+@pytest.mark.parametrize(("function", "module"), PAIRS, ids=lambda x: x.__name__)
+def test_a_function_and_its_module_default_their_shared_keywords_alike(function, module):
+    assert _disagreements(function, module) == []
+    assert _keyword_defaults(function).keys() & _keyword_defaults(module.__init__).keys()  # they do share some
+
+
+def test_the_pair_check_catches_a_default_written_twice_differently():
+    def flexible_ot(sim, *, epsilon: float = 0.2):
         return sim
 
-    monkeypatch.setattr(F, "flexible_ot", flexible_ot)
-    with pytest.raises(AssertionError):
-        test_every_signature_default_agrees_with_its_dataclass()
+    assert _disagreements(flexible_ot, ep.FlexibleOT) == [("epsilon", 0.2, 0.1)]
+
+
+def _modules_with_settings():
+    return [obj for name in ep.__all__ if inspect.isclass(obj := getattr(ep, name))
+            and issubclass(obj, torch.nn.Module) and callable(getattr(obj, "settings", None))]
+
+
+@pytest.mark.parametrize("module", _modules_with_settings(), ids=lambda m: m.__name__)
+def test_a_module_with_settings_takes_every_field_with_its_default(module):
+    fields = {f.name: f.default for f in dataclasses.fields(module().settings())}
+    takes = _keyword_defaults(module.__init__)
+    assert {name: takes.get(name, "missing") for name in fields} == fields
+    assert any(m is module for _, m in PAIRS), "pair the module with its function in PAIRS"
 
 
 @pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: s.__name__)
@@ -118,7 +87,7 @@ def test_schemas_are_frozen_keyword_only_and_checked(schema):
 
 def test_registry_sections_are_the_operation_schemas():
     s = presets.holmes_settings("release", "tvr")
-    assert type(s.transport) is presets.TransportSettings is F._flexible_ot.TransportSettings
+    assert type(s.transport) is presets.TransportSettings is ep._settings.TransportSettings
     assert ep.FlexibleOT.from_preset("release", "tvr").settings() is not None
     assert ep.FlexibleOT.from_preset("release", "tvr").settings() == s.transport
     assert ep.EvidentialRetrievalLoss.from_preset("release", "tvr").settings() == s.inter

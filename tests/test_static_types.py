@@ -17,8 +17,7 @@ except ImportError:  # Python 3.10
 import evidential_prvr as ep
 from evidential_prvr import functional as F
 from evidential_prvr import presets
-from evidential_prvr.functional._identification import IdentificationSettings
-from evidential_prvr.functional._retrieval_losses import BaseRetrievalSettings
+from evidential_prvr._settings import BaseRetrievalSettings, IdentificationSettings
 
 HERE = Path(__file__).parent / "typing"
 

@@ -16,15 +16,12 @@ import torch
 
 from evidential_prvr._checks import (
     as_mask,
-    check_choice,
-    check_in_range,
-    check_positive,
-    check_positive_int,
     check_tensor,
     compute_dtype,
     should_validate,
 )
 from evidential_prvr._numerics import minmax_epsilon
+from evidential_prvr._settings import TransportSettings
 from evidential_prvr.choices import (
     FOT_MARGINALS,
     FOT_NORMALIZATIONS,
@@ -34,8 +31,6 @@ from evidential_prvr.choices import (
     MinmaxScope,
 )
 from evidential_prvr.functional._sinkhorn import (
-    SINKHORN_GRADS,
-    SINKHORN_METHODS,
     SinkhornGrad,
     SinkhornMethod,
     _sinkhorn,
@@ -50,7 +45,6 @@ __all__ = [
     "MINMAX_SCOPES",
     "FlexibleOTResult",
     "POTProblem",
-    "TransportSettings",
     "flexible_ot",
 ]
 
@@ -136,79 +130,6 @@ class POTProblem:
     reg: float
     query_index: np.ndarray
     clip_index: np.ndarray
-
-
-@dataclass(frozen=True, kw_only=True)
-class TransportSettings:
-    """The hyperparameters of flexible optimal transport (Holmes §3.3, Eq. 19-20, App. B.5), checked once.
-
-    The one schema of :func:`flexible_ot`, :class:`~evidential_prvr.FlexibleOT` and the registry's
-    ``transport`` section (:func:`evidential_prvr.presets.holmes_settings`); keyword-only.
-
-    Attributes
-    ----------
-    epsilon : float
-        Entropic regularisation ε > 0 (the release's ``pot_scale``; the paper gives none).
-    n_iters : int
-        Sinkhorn iterations (maximum when ``tol`` is set).
-    dustbin_quantile : float or None
-        The dustbin value z is this quantile of the similarities ("bottom 30%"); ``None``: no dustbin
-        (plain OT, Eq. 19).
-    normalize : {"minmax", None}
-        Min-max normalisation of each video's similarities before the transport.
-    minmax_over : {"block", "valid"}
-        Entries the min and max are taken over: the whole padded ``[Mq, Mc]`` block, padded caption
-        slots included (release), or the valid entries only.
-    marginals : {"release", "uniform"}
-        Row marginals: SuperGlue-style ``1/(Mc+Mq)`` per query and ``Mc/(Mc+Mq)`` for the dustbin
-        (release), or uniform (App. B.5).
-    grad : {"detach", "autodiff"}
-        Stop-gradient plan (both presets) or backpropagation through the iterations.
-    tol : float or None
-        Early-stopping tolerance on the row marginals (host synchronisations every 10 iterations).
-    method : {"auto", "log", "scaling"}
-        Sinkhorn iteration scheme.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import TransportSettings, holmes_settings
-    >>> holmes_settings("release", "tvr").transport == TransportSettings()  # the release's are the defaults
-    True
-    >>> TransportSettings(epsilon=0.05, dustbin_quantile=None).marginals
-    'release'
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    epsilon: float = 0.1
-    n_iters: int = 50
-    dustbin_quantile: float | None = 0.3
-    normalize: FOTNormalization = "minmax"
-    minmax_over: MinmaxScope = "block"
-    marginals: FOTMarginals = "release"
-    grad: SinkhornGrad = "detach"
-    tol: float | None = None
-    method: SinkhornMethod = "auto"
-
-    def __post_init__(self) -> None:
-        check_positive(self.epsilon, "epsilon")
-        check_positive_int(self.n_iters, "n_iters")
-        if self.dustbin_quantile is not None:
-            check_in_range(self.dustbin_quantile, "dustbin_quantile", 0.0, 1.0, low_inclusive=False,
-                           high_inclusive=False)
-        check_choice(self.normalize, "normalize", FOT_NORMALIZATIONS)
-        check_choice(self.minmax_over, "minmax_over", MINMAX_SCOPES)
-        check_choice(self.marginals, "marginals", FOT_MARGINALS)
-        if self.tol is not None:
-            check_positive(self.tol, "tol")
-        check_choice(self.grad, "grad", SINKHORN_GRADS)
-        check_choice(self.method, "method", SINKHORN_METHODS)
-
-
-POT_FIELDS = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals")
-"""The transport settings that shape the problem POT solves (not the solver's own ``tol``, ``grad``, ``method``)."""
 
 
 def flexible_ot(

@@ -18,17 +18,14 @@ from evidential_prvr._checks import (
     check_choice,
     check_finite,
     check_in_range,
-    check_positive,
     check_same_device,
     check_tensor,
     compute_dtype,
     should_validate,
 )
+from evidential_prvr._settings import IdentificationSettings
 from evidential_prvr.choices import (
-    ENTROPY_MEDIANS,
     FUSIONS,
-    MATCH_RULES,
-    TANH_SCALINGS,
     EntropyMedian,
     Fusion,
     MatchRule,
@@ -42,14 +39,11 @@ __all__ = [
     "QueryType",
     "BranchIdentification",
     "Identification",
-    "IdentificationSettings",
     "RunningThresholds",
     "identify",
     "fuse_query_types",
     "ema_thresholds",
 ]
-
-
 
 
 class QueryType(IntEnum):
@@ -158,38 +152,6 @@ class Identification:
     initial_query_type: torch.Tensor
     frame: BranchIdentification
     clip: BranchIdentification
-
-
-@dataclass(frozen=True, kw_only=True)
-class IdentificationSettings:
-    """The hyperparameters of :func:`identify` and :class:`~evidential_prvr.UncertaintyGuidedIdentifier`,
-    checked once (see :func:`identify` for their meaning); keyword-only.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import IdentificationSettings
-    >>> IdentificationSettings(beta=0.4).tau
-    0.1
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.2, Eq. 10-14.
-    """
-
-    beta: float = 0.3
-    tau: float = 0.1
-    tanh_scaling: TanhScaling = "inside"
-    entropy_median: EntropyMedian = "candidates"
-    matched: MatchRule = "any_positive"
-    fusion: Fusion = "uncertainty_dominant"
-
-    def __post_init__(self) -> None:
-        check_in_range(self.beta, "beta", 0.0, 1.0)
-        check_positive(self.tau, "tau")
-        check_choice(self.tanh_scaling, "tanh_scaling", TANH_SCALINGS)
-        check_choice(self.entropy_median, "entropy_median", ENTROPY_MEDIANS)
-        check_choice(self.matched, "matched", MATCH_RULES)
-        check_choice(self.fusion, "fusion", FUSIONS)
 
 
 def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: Fusion) -> torch.Tensor:
@@ -327,31 +289,6 @@ def _ema_thresholds(
     """:func:`ema_thresholds` without checks."""
     averaged = decay * running + (1.0 - decay) * batch
     return torch.where(seen, torch.where(observed, averaged, running), batch)
-
-
-SCORE_PAIR = """\
-frame_sim, clip_sim : torch.Tensor
-    Frame- and clip-scale similarities ``[Q, V]`` (queries × videos), finite.
-query_video : torch.Tensor
-    ``LongTensor [Q]`` of positive videos or ``{0, 1}`` matrix ``[Q, V]``."""
-"""The score-pair parameters of :func:`identify` and :func:`~evidential_prvr.functional.inter_video_loss`."""
-
-
-IDENTIFICATION_PARAMETERS = """\
-beta : float
-    :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
-tau : float
-    Evidence temperature of Eq. 3 (> 0).
-tanh_scaling : {"inside", "outside"}
-    Evidence form, see :func:`~evidential_prvr.functional.evidence`.
-entropy_median : {"candidates", "batch"}
-    Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
-matched : {"any_positive", "argmax"}
-    The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
-    (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
-fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-    Partition fusion rule (Eq. 14, Table 3 rows 5-7)."""
-"""The identification parameters of :func:`identify` and :class:`~evidential_prvr.UncertaintyGuidedIdentifier`."""
 
 
 def check_score_pair(frame_sim: object, clip_sim: object, query_video: object, validate: bool) -> torch.Tensor:

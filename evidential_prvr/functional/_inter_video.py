@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
+from evidential_prvr._settings import InterVideoSettings
 from evidential_prvr.choices import (
-    CALIBRATION_SETS,
-    INTER_TERMS,
     REDUCTIONS,
     CalibrationSet,
     EntropyMedian,
@@ -26,7 +24,6 @@ from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._identification import (
     BranchPair,
     Identification,
-    IdentificationSettings,
     QueryType,
     _identify,
     check_score_pair,
@@ -34,7 +31,6 @@ from evidential_prvr.functional._identification import (
 from evidential_prvr.functional._targets import normalized_target
 
 __all__ = [
-    "InterVideoSettings",
     "InterVideoLossDetails",
     "calibrated_target",
     "inter_video_loss",
@@ -169,90 +165,6 @@ def _calibrated_target(
         calibrated = (1.0 - gamma) * label + gamma * soft
         polysemous = (query_type == int(QueryType.POLYSEMOUS)).unsqueeze(-1)
         return torch.where(polysemous, calibrated, label)
-
-
-CALIBRATION_PARAMETERS = """\
-gamma : float
-    Calibration weight γ ∈ [0, 1] of Eq. 15.
-calibrate : bool
-    ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
-    identification runs only when details are asked for.
-calibration_set : {"refined", "initial"}
-    Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
-    before the entropy refinement (Table 3 row 9).
-terms : tuple of {"frame", "clip", "fused"}
-    The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer)."""
-"""The calibration parameters of :func:`inter_video_loss` and :class:`~evidential_prvr.EvidentialRetrievalLoss`."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class InterVideoSettings(IdentificationSettings):
-    """The hyperparameters of inter-video evidential learning L_inter (Holmes §3.2, Eq. 3-18), checked once.
-
-    The one schema of :func:`inter_video_loss`, :class:`~evidential_prvr.EvidentialRetrievalLoss` and the
-    registry's ``inter`` section; the identification settings (inherited from ``IdentificationSettings``:
-    the fields of :func:`identify`) plus the calibration. Keyword-only.
-
-    Attributes
-    ----------
-    beta : float
-        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
-    tau : float
-        Evidence temperature of Eq. 3 (> 0).
-    tanh_scaling : {"inside", "outside"}
-        Evidence form, see :func:`~evidential_prvr.functional.evidence`.
-    entropy_median : {"candidates", "batch"}
-        Median rule of Eq. 12: over the precise candidates (paper) or the whole batch (release).
-    matched : {"any_positive", "argmax"}
-        The correctly matched set of Eq. 11, see :func:`~evidential_prvr.functional.correctly_matched`
-        (paper: ``"any_positive"``; release: ``"argmax"``, ties to the first index).
-    fusion : {"uncertainty_dominant", "confidence_dominant", "frame", "clip"}
-        Partition fusion rule (Eq. 14, Table 3 rows 5-7).
-    gamma : float
-        Calibration weight γ ∈ [0, 1] of Eq. 15.
-    calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
-        identification runs only when details are asked for.
-    calibration_set : {"refined", "initial"}
-        Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
-        before the entropy refinement (Table 3 row 9).
-    terms : tuple of {"frame", "clip", "fused"}
-        The :math:`L_U` terms that enter the loss (Table 3 rows 1-3 keep fewer).
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import holmes_settings
-    >>> holmes_settings("release", "activitynet").inter.tanh_scaling
-    'outside'
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.2, Eq. 3-18; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    gamma: float = 0.2
-    calibrate: bool = True
-    calibration_set: CalibrationSet = "refined"
-    terms: tuple[InterTerm, ...] = INTER_TERMS
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_in_range(self.gamma, "gamma", 0.0, 1.0)
-        if not isinstance(self.calibrate, bool):
-            raise TypeError(f"calibrate must be a bool, got {type(self.calibrate).__name__}")
-        check_choice(self.calibration_set, "calibration_set", CALIBRATION_SETS)
-        object.__setattr__(self, "terms", check_terms(self.terms))
-
-
-def check_terms(terms: object) -> tuple[InterTerm, ...]:
-    """Validate a non-empty selection of :data:`INTER_TERMS` without repeats."""
-    if isinstance(terms, str) or not isinstance(terms, Sequence) or len(terms) == 0:
-        raise ValueError(f"terms must be a non-empty sequence drawn from {INTER_TERMS}, got {terms!r}")
-    for term in terms:
-        check_choice(term, "terms", INTER_TERMS)
-    if len(set(terms)) != len(terms):
-        raise ValueError(f"terms must not repeat an entry, got {tuple(terms)}")
-    return tuple(terms)
 
 
 def inter_video_loss(

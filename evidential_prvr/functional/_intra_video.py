@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from evidential_prvr._checks import check_choice, check_positive, compute_dtype, should_validate
+from evidential_prvr._checks import check_choice, compute_dtype, should_validate
+from evidential_prvr._settings import IntraVideoSettings, TransportSettings
 from evidential_prvr.choices import (
-    INTRA_ASSIGNMENTS,
     REDUCTIONS,
-    TANH_SCALINGS,
     IntraAssignment,
     Reduction,
     TanhScaling,
@@ -26,72 +25,12 @@ from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse
 from evidential_prvr.functional._evidence import _evidence
 from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
-    TransportSettings,
     _flexible_ot,
     fot_similarity,
     prepare_fot_inputs,
 )
 
 __all__ = ["IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss", "intra_video_loss_details"]
-
-
-INTRA_PARAMETERS = """\
-tau : float
-    Evidence temperature :math:`\\tau_{\\text{intra}} > 0` of the query-clip evidence.
-tanh_scaling : {"outside", "inside"}
-    Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
-assignment : {"fot", "ot", "softmax"}
-    ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
-    dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
-    over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
-    not give its temperature)."""
-"""The evidence parameters of :func:`intra_video_loss`, :class:`~evidential_prvr.IntraVideoEvidentialLoss` and
-:class:`IntraVideoSettings`."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class IntraVideoSettings:
-    """The evidence settings of intra-video evidential learning L_intra (Holmes §3.3), checked once.
-
-    The one schema of :func:`intra_video_loss`, :class:`~evidential_prvr.IntraVideoEvidentialLoss` and
-    the registry's ``intra`` section; the transport has its own (:class:`TransportSettings`).
-
-    Attributes
-    ----------
-    tau : float
-        Evidence temperature :math:`\\tau_{\\text{intra}} > 0` of the query-clip evidence.
-    tanh_scaling : {"outside", "inside"}
-        Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
-    assignment : {"fot", "ot", "softmax"}
-        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
-        dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
-        over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
-        not give its temperature).
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import IntraVideoSettings
-    >>> IntraVideoSettings(assignment="ot")  # Table 3 row 12
-    IntraVideoSettings(tau=0.06, tanh_scaling='outside', assignment='ot')
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.3 and Table 3; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    tau: float = 0.06
-    tanh_scaling: TanhScaling = "outside"
-    assignment: IntraAssignment = "fot"
-
-    def __post_init__(self) -> None:
-        check_positive(self.tau, "tau")
-        check_choice(self.tanh_scaling, "tanh_scaling", TANH_SCALINGS)
-        check_choice(self.assignment, "assignment", INTRA_ASSIGNMENTS)
-
-
-INTRA_TRANSPORT_FIELDS = ("epsilon", "n_iters", "dustbin_quantile", "normalize", "minmax_over", "marginals", "tol",
-                          "method")
-"""The transport settings :func:`intra_video_loss` takes (the label is a stop-gradient target: no ``grad``)."""
 
 
 @dataclass

@@ -22,9 +22,6 @@ import torch.nn.functional as F
 from evidential_prvr._checks import (
     check_choice,
     check_finite,
-    check_in_range,
-    check_positive,
-    check_positive_int,
     check_same_device,
     check_same_shape,
     check_tensor,
@@ -32,11 +29,10 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._numerics import normalize_rows
-from evidential_prvr._overrides import settings_fields
+from evidential_prvr._settings import BaseRetrievalSettings, check_diversity_settings, check_triplet_settings
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
     REDUCTIONS,
-    VIDEO_NEGATIVES,
     NCEVideoToText,
     Reduction,
     VideoNegative,
@@ -46,8 +42,6 @@ from evidential_prvr.functional._scores import check_score_layout, check_score_p
 from evidential_prvr.functional._targets import positive_mask
 
 __all__ = [
-    "BaseLossSettings",
-    "BaseRetrievalSettings",
     "BaseRetrievalLossDetails",
     "triplet_ranking_loss",
     "info_nce_loss",
@@ -55,24 +49,6 @@ __all__ = [
     "base_retrieval_loss",
     "base_retrieval_loss_details",
 ]
-
-
-def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
-                           random_negatives: bool = False) -> None:
-    """The checks of the triplet loss's hyperparameters; ``random_negatives``: ``hard_negative_topk=None``
-    is accepted (the functional's random negatives)."""
-    check_positive(margin, "margin")
-    if hard_negative_topk is not None or not random_negatives:
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
-
-
-def check_diversity_settings(alpha: float, delta: float, lam: float,
-                             names: tuple[str, str, str] = ("alpha", "delta", "lam")) -> None:
-    """The checks of α, δ and λ of the query-diversity loss (Eq. 23), reported under ``names``."""
-    check_positive(alpha, names[0])
-    check_in_range(delta, names[1], -2.0, 2.0)
-    check_in_range(lam, names[2], 0.0, 64.0)
 
 
 def _check_sim(sim: object, query_video: object, name: str, validate: bool) -> torch.Tensor:
@@ -423,106 +399,6 @@ def _diversity_rows(query_emb: torch.Tensor, same_video: torch.Tensor, alpha: fl
     focal = (1.0 + cos).clamp(min=torch.finfo(dtype).tiny).pow(lam)
     terms = focal * F.softplus(alpha * (cos + delta))
     return torch.where(same_video & ~eye, terms, torch.zeros_like(terms)).sum(dim=1)
-
-
-BASE_LOSS_PARAMETERS = """\
-margin : float
-    Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
-video_negative : {"hardest", "pool"}
-    Video→text hard-negative rule once hard negatives are on, see
-    :func:`~evidential_prvr.functional.triplet_ranking_loss`.
-nce_video_to_text : {"release", "paper"}
-    Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
-div_alpha, div_delta, div_lambda : float
-    α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``)."""
-"""The L_base parameters shared by :func:`base_retrieval_loss`, :class:`~evidential_prvr.BaseRetrievalLoss`
-and :class:`BaseLossSettings`."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaseLossSettings:
-    """The hyperparameters of the basic objectives (Holmes App. B.1, Eq. 22-23), checked once.
-
-    The registry's ``base`` section; with the three loss weights it is
-    :class:`~evidential_prvr.presets.BaseRetrievalSettings`.
-    Keyword-only.
-
-    Attributes
-    ----------
-    margin : float
-        Triplet margin :math:`m > 0` (0.1 TVR, 0.2 ActivityNet/Charades in the release).
-    video_negative : {"hardest", "pool"}
-        Video→text hard-negative rule once hard negatives are on, see
-        :func:`~evidential_prvr.functional.triplet_ranking_loss`.
-    nce_video_to_text : {"release", "paper"}
-        Video→text InfoNCE form, see :func:`~evidential_prvr.functional.info_nce_loss`.
-    div_alpha, div_delta, div_lambda : float
-        α, δ and the focal exponent λ of Eq. 23 (the release's ``neg_factor``).
-    hard_negative_topk : int
-        Pool of hardest negatives the text→video triplet draws from once hard negatives are on.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import BaseLossSettings
-    >>> BaseLossSettings(video_negative="random")
-    Traceback (most recent call last):
-        ...
-    ValueError: video_negative must be one of 'hardest', 'pool'; got 'random'
-
-    References
-    ----------
-    Holmes (ICML 2026), App. B.1, Eq. 22-23; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
-    """
-
-    margin: float = 0.2
-    div_delta: float = 0.2
-    hard_negative_topk: int = 20
-    video_negative: VideoNegative = "hardest"
-    nce_video_to_text: NCEVideoToText = "release"
-    div_alpha: float = 32.0
-    div_lambda: float = 1.0
-
-    def __post_init__(self) -> None:
-        check_triplet_settings(self.margin, self.hard_negative_topk, self.video_negative)
-        check_diversity_settings(self.div_alpha, self.div_delta, self.div_lambda, ("div_alpha", "div_delta", "div_lambda"))
-        check_choice(self.nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaseRetrievalSettings(BaseLossSettings):
-    r"""The hyperparameters of L_base (Holmes Eq. 22 + Eq. 23): :class:`BaseLossSettings` and the weights
-    :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0), checked once; keyword-only.
-
-    The one schema of :func:`base_retrieval_loss` and :class:`~evidential_prvr.BaseRetrievalLoss`;
-    :meth:`from_sections` builds it from the registry's ``base`` and ``weights`` sections.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import BaseRetrievalSettings, holmes_settings
-    >>> s = holmes_settings("release", "tvr")
-    >>> BaseRetrievalSettings.from_sections(s.base, s.weights).frame_nce_weight
-    0.04
-
-    References
-    ----------
-    Holmes (ICML 2026), App. B.1, Eq. 22-23.
-    """
-
-    frame_nce_weight: float = 0.04
-    clip_nce_weight: float = 0.02
-    div_weight: float = 0.003
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("frame_nce_weight", "clip_nce_weight", "div_weight"):
-            check_in_range(getattr(self, name), name, 0.0, float("inf"), high_inclusive=False)
-
-    @classmethod
-    def from_sections(cls, base: BaseLossSettings, weights: object) -> BaseRetrievalSettings:
-        """The registry's ``base`` section with the L_base weights of its ``weights`` section
-        (:class:`~evidential_prvr.presets.LossWeights`: ``nce_frame``, ``nce_clip``, ``div``)."""
-        return cls(**settings_fields(base, BaseLossSettings), frame_nce_weight=weights.nce_frame,  # type: ignore[attr-defined]
-                   clip_nce_weight=weights.nce_clip, div_weight=weights.div)  # type: ignore[attr-defined]
 
 
 @dataclass
