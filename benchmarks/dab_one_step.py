@@ -46,7 +46,7 @@ import evidential_prvr
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks._timing import set_threads, synchronize  # noqa: E402
-from reference_models.dab.comparison import DABComparison  # noqa: E402
+from reference_models.dab.comparison_runner import DABComparison  # noqa: E402
 from reference_models.dab.config import PRESETS  # noqa: E402
 from reference_models.dab.model import T2VModel  # noqa: E402
 

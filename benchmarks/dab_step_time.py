@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from benchmarks._timing import median_ms, set_threads  # noqa: E402
-from reference_models.dab.comparison import DABComparison  # noqa: E402
+from reference_models.dab.comparison_runner import DABComparison  # noqa: E402
 from reference_models.dab.config import DEMO_ABLATIONS, PRESETS, T2VConfig, ablation_config  # noqa: E402
 from reference_models.dab.data import T2VSplit  # noqa: E402
 from reference_models.dab.evaluate import query_cost  # noqa: E402

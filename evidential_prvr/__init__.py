@@ -26,15 +26,15 @@ from evidential_prvr.functional._retrieval_losses import BaseRetrievalLossDetail
 # Inter-video evidential learning (Holmes §3.2)
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
 from evidential_prvr._dempster_shafer import DempsterShaferFusion
-from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
+from evidential_prvr._inter_video import EvidentialRetrievalLoss
 
 # Flexible optimal transport and intra-video evidential learning (Holmes §3.3)
 from evidential_prvr._batching import IntraVideoBatch, build_intra_video_batch
 from evidential_prvr._flexible_ot import FlexibleOT
-from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
+from evidential_prvr._intra_video import IntraVideoEvidentialLoss
 
 # Basic retrieval objectives (Holmes App. B.1) and the whole objective (Eq. 21)
-from evidential_prvr._base_losses import BaseRetrievalLoss, InfoNCELoss, QueryDiversityLoss, TripletRankingLoss
+from evidential_prvr._retrieval_losses import BaseRetrievalLoss, InfoNCELoss, QueryDiversityLoss, TripletRankingLoss
 from evidential_prvr._criterion import HolmesCriterion, HolmesLossDetails
 
 # Uncertainty at retrieval time: gallery opinions, query identification, selective confidences

@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from evidential_prvr._base_losses import BaseRetrievalLoss
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
-from evidential_prvr._distributed import set_sizes, shared_gathers, warn_per_rank
 from evidential_prvr._flexible_ot import FlexibleOT
-from evidential_prvr._inter_video_loss import EvidentialRetrievalLoss
-from evidential_prvr._intra_video_loss import IntraVideoEvidentialLoss
+from evidential_prvr._identification import ThresholdEMA
+from evidential_prvr._inter_video import EvidentialRetrievalLoss
+from evidential_prvr._intra_video import IntraVideoEvidentialLoss
+from evidential_prvr._loss_gathers import set_sizes, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import PresetModule
+from evidential_prvr._retrieval_losses import BaseRetrievalLoss
 from evidential_prvr._settings import BaseRetrievalSettings
-from evidential_prvr._threshold_ema import ThresholdEMA
 from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails

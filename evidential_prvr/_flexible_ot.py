@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evidential_prvr._module_bases import _SettingsModule
-from evidential_prvr._overrides import check_settings, settings_fields
+from evidential_prvr._settings import check_settings, settings_fields
 from evidential_prvr.choices import (
     DatasetName,
     FOTMarginals,

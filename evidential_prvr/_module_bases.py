@@ -3,7 +3,7 @@
 :class:`PresetModule` writes ``from_preset`` once: a subclass says which constructor arguments a preset
 gives (:meth:`~PresetModule._preset_arguments`, or :meth:`~PresetModule._preset_arguments_given` when they
 depend on the call's own arguments), and the call's own arguments replace them.
-:class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._overrides`)
+:class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._settings`)
 and ``validate_args``; :class:`_SettingsLoss` adds a loss's ``reduction`` and ``distributed``, which
 :class:`_ReducedLoss` holds for the losses without a settings dataclass. :class:`LossOptions` carries those
 three options from a loss's written-out constructor to :class:`_SettingsLoss`.
@@ -12,14 +12,14 @@ three options from a loss's written-out constructor to :class:`_SettingsLoss`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
 
 from torch import nn
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._overrides import reject_unknown, settings_repr
+from evidential_prvr._settings import settings_repr
 from evidential_prvr.choices import REDUCTIONS, Reduction
 
 if TYPE_CHECKING:
@@ -32,6 +32,14 @@ N = TypeVar("N", contravariant=True)  # the preset names of a class with presets
 D = TypeVar("D", contravariant=True)  # its data set names
 M = TypeVar("M", covariant=True)  # the module from_preset builds
 P = ParamSpec("P")  # its constructor's parameters
+
+
+def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str) -> None:
+    """Raise ``TypeError`` naming every entry of ``given`` that is not in ``accepted``."""
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise TypeError(f"{owner}.from_preset() got unexpected override(s) {', '.join(map(repr, unknown))}; "
+                        f"accepted: {', '.join(sorted(accepted))}")
 
 
 @dataclass(frozen=True, kw_only=True)

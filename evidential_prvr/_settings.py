@@ -7,11 +7,12 @@ The checks of the values that a function and its settings share live here too.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
-from evidential_prvr._overrides import settings_fields
 from evidential_prvr.choices import (
     CALIBRATION_SETS,
     ENTROPY_MEDIANS,
@@ -42,6 +43,9 @@ from evidential_prvr.choices import (
     TanhScaling,
     VideoNegative,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "TransportSettings",
@@ -366,3 +370,23 @@ class BaseRetrievalSettings(BaseLossSettings):
         (:class:`~evidential_prvr.presets.LossWeights`: ``nce_frame``, ``nce_clip``, ``div``)."""
         return cls(**settings_fields(base, BaseLossSettings), frame_nce_weight=weights.nce_frame,  # type: ignore[attr-defined]
                    clip_nce_weight=weights.nce_clip, div_weight=weights.div)  # type: ignore[attr-defined]
+
+
+def settings_fields(settings: DataclassInstance, schema: DataclassInstance | type[DataclassInstance] | None = None
+                    ) -> dict[str, Any]:
+    """The field values of a settings dataclass, by name (not copied); with ``schema``, only those of the
+    fields of ``schema`` (the part of an extended settings object that a base schema holds)."""
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings if schema is None else schema)}
+
+
+def check_settings(settings: object, settings_class: type) -> None:
+    """Raise ``TypeError`` unless ``settings`` is a ``settings_class`` (the check of every ``from_settings``)."""
+    if not isinstance(settings, settings_class):
+        name = settings_class.__name__
+        article = "an" if name[0] in "AEIOU" else "a"
+        raise TypeError(f"settings must be {article} {name}, got {type(settings).__name__}")
+
+
+def settings_repr(settings: Any) -> str:
+    """``name=value, ...`` of every field of a settings dataclass (a module's ``extra_repr``)."""
+    return ", ".join(f"{f.name}={getattr(settings, f.name)!r}" for f in dataclasses.fields(settings))

@@ -12,7 +12,7 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   with smoothed thresholds against Holmes itself).
 
 This module sits above the tasks: it is the one place that knows all three and the library's statistics
-(:func:`evidential_prvr.metrics.compare_runs`); the engine (:mod:`reference_models.engine.compare`) keeps the
+(:func:`evidential_prvr.metrics.compare_runs`); the engine (:mod:`reference_models.engine.seed_grid`) keeps the
 task-agnostic half, the tasks their :class:`~reference_models.engine.ComparisonSpec` and per-query ranks.
 """
 
@@ -30,14 +30,14 @@ import torch
 
 from evidential_prvr.metrics import SELECTIVE_METRICS, compare_runs, compare_selective_runs
 from reference_models import engine
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 
 __all__ = ["BENCHMARK_NAMES", "SCHEMA", "TASKS", "VERDICT_RULE", "ablation_table", "build_parser", "build_results",
            "format_ablation_table", "main", "plan_spec", "report", "runner_for"]
 
 #: The tasks that have a comparison, and the module of each one's runner.
-TASKS = {"holmes": "reference_models.holmes.comparison", "hud": "reference_models.hud.comparison",
-         "dab": "reference_models.dab.comparison"}
+TASKS = {"holmes": "reference_models.holmes.comparison_runner", "hud": "reference_models.hud.comparison_runner",
+         "dab": "reference_models.dab.comparison_runner"}
 #: The ``schema`` field of ``results.json``.
 SCHEMA = "evidential-prvr/comparison/1"
 #: The verdict rule, as written in ``results.json`` (and in :doc:`/guide/comparisons`, before any number).

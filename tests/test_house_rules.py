@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 import pathlib
+import textwrap
 
 import pytest
 import torch
@@ -128,3 +129,55 @@ def test_from_preset_is_written_once():
     writers = [str(p.relative_to(ROOT)) for package in PACKAGES for p in _files(package)
                if "def from_preset(" in p.read_text(encoding="utf-8")]
     assert writers == ["evidential_prvr/_module_bases.py"]
+
+
+def _functional_files() -> dict[str, str]:
+    """Each public function of ``evidential_prvr.functional`` and its private kernel (``_name``, which a module may
+    call with the same arguments) -> the name of the file that defines it."""
+    owners = {}
+    for path in (ROOT / "evidential_prvr" / "functional").glob("_*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name.removeprefix("_") in F.__all__:
+                owners[node.name] = path.name
+    return owners
+
+
+def _called_functional_files(module: type[torch.nn.Module], owners: dict[str, str]) -> set[str]:
+    called = set()
+    for method in ("forward", "details"):
+        if method in module.__dict__:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(module.__dict__[method])))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call):
+                    func = node.func
+                    is_method = isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "self"
+                    name = getattr(func, "id", None) or getattr(func, "attr", None)
+                    if name in owners and not is_method:
+                        called.add(owners[name])
+    return called
+
+
+@pytest.mark.parametrize("module", _public_modules(), ids=lambda c: c.__qualname__)
+def test_a_module_lives_in_the_file_named_like_its_function(module):
+    """The contributing guide's rule (mirrored trees): the module whose ``forward`` calls the function of
+    ``functional/_x.py`` is written in ``_x.py`` (``evidential_prvr/`` or ``probabilistic/``). A module that
+    composes others without a function of its own (the criterion, the heads) has a file named for what it holds."""
+    called = _called_functional_files(module, _functional_files())
+    if called:
+        assert called == {pathlib.Path(inspect.getfile(module)).name}, (module.__qualname__, called)
+
+
+def test_the_file_rule_sees_a_module_in_the_wrong_file():
+    class Misplaced(torch.nn.Module):  # defined in this test file, calling the function of _flexible_ot.py
+        def forward(self, sim):
+            return F.flexible_ot(sim)
+
+    assert _called_functional_files(Misplaced, _functional_files()) == {"_flexible_ot.py"}
+    assert pathlib.Path(inspect.getfile(Misplaced)).name != "_flexible_ot.py"
+
+
+def test_no_underscore_twins():
+    """No folder holds both ``x.py`` and ``_x.py``."""
+    twins = [str(p.relative_to(ROOT)) for package in PACKAGES for p in _files(package)
+             if p.name.startswith("_") and not p.name.startswith("__") and (p.parent / p.name[1:]).exists()]
+    assert twins == []

@@ -7,9 +7,9 @@ This package holds the ``nn.Module`` wrappers and result types; the pure functio
 """
 
 from evidential_prvr.functional._gaussian import DiagonalGaussian, KLSources
-from evidential_prvr.probabilistic._alignment import DABAlignment, DABAlignmentOutput, DABGaussians
+from evidential_prvr.probabilistic._bridge_distillation import BridgeDistillationLoss
+from evidential_prvr.probabilistic._gaussian import DABAlignment, DABAlignmentOutput, DABGaussians
 from evidential_prvr.probabilistic._dab import (
-    BridgeDistillationLoss,
     ConditionedDistributionBridge,
     DistributionBridge,
     GaussianEmbeddingHead,

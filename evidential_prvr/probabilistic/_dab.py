@@ -15,7 +15,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr._checks import check_in_range, check_positive, check_tensor
-from evidential_prvr.functional._bridge_distillation import bridge_distillation_loss
 from evidential_prvr.functional._dab import (
     bounded_contraction,
     bridge_step_sizes,
@@ -24,8 +23,8 @@ from evidential_prvr.functional._dab import (
     sinusoidal_time_embedding,
 )
 from evidential_prvr.functional._gaussian import DiagonalGaussian, _check_gaussian
-from evidential_prvr.probabilistic import _common
-from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
+from evidential_prvr.probabilistic import _input_checks
+from evidential_prvr.probabilistic._input_checks import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
 
 class _LogVarHead(_InputChecks):
@@ -41,8 +40,8 @@ class _LogVarHead(_InputChecks):
         self, dim_in: int, dim_out: int, *, logvar_bounds: tuple[float, float], validate_args: bool | None
     ) -> None:
         super().__init__(validate_args)
-        _common.check_sizes(dim_in=dim_in, dim_out=dim_out)
-        self.logvar_bounds = _common.check_bounds(logvar_bounds)
+        _input_checks.check_sizes(dim_in=dim_in, dim_out=dim_out)
+        self.logvar_bounds = _input_checks.check_bounds(logvar_bounds)
         self.dim_in = dim_in
         self.dim_out = dim_out
 
@@ -113,9 +112,9 @@ class GaussianEmbeddingHead(_LogVarHead):
 
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
-        _common.check_features(x, "x", self.dim_in)
-        _common.check_inputs(self.validate_args, x=x)
-        x = F.normalize(_common.to_module_dtype(x, self), dim=-1)
+        _input_checks.check_features(x, "x", self.dim_in)
+        _input_checks.check_inputs(self.validate_args, x=x)
+        x = F.normalize(_input_checks.to_module_dtype(x, self), dim=-1)
         mu = self.mean(self.mean_norm(x))
         logvar = self.logvar(self.logvar_norm(x)).clamp(*self.logvar_bounds)
         return DiagonalGaussian(mu, logvar)
@@ -194,12 +193,12 @@ class TokenUncertaintyHead(_LogVarHead):
         mask : torch.Tensor, optional
             ``[B, T]`` bool, True = valid token; padded tokens are ignored by attention and pooling.
         """
-        _common.check_features(tokens, "tokens", self.dim_in, ndim=3)
-        _common.check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
-        _common.check_token_mask(mask, tokens, validate_args=self.validate_args)
-        x = F.normalize(_common.to_module_dtype(tokens, self), dim=-1)
-        attended = self.attention(x, x, x, key_padding_mask=_common.key_padding(mask), need_weights=False)[0]
-        pooled = _common.masked_mean(x + attended, mask)
+        _input_checks.check_features(tokens, "tokens", self.dim_in, ndim=3)
+        _input_checks.check_inputs(self.validate_args, tokens=tokens, base_logvar=base_logvar)
+        _input_checks.check_token_mask(mask, tokens, validate_args=self.validate_args)
+        x = F.normalize(_input_checks.to_module_dtype(tokens, self), dim=-1)
+        attended = self.attention(x, x, x, key_padding_mask=_input_checks.key_padding(mask), need_weights=False)[0]
+        pooled = _input_checks.masked_mean(x + attended, mask)
         token_logvar: torch.Tensor = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
         if base_logvar is None:
             return token_logvar
@@ -233,8 +232,8 @@ class _DriftChain(_InputChecks):
         validate_args: bool | None,
     ) -> None:
         super().__init__(validate_args)
-        _common.check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
-        hidden = _common.hidden_size(hidden_dim, dim)
+        _input_checks.check_sizes(dim=dim, n_steps=n_steps, total_steps=total_steps, time_dim=time_dim)
+        hidden = _input_checks.hidden_size(hidden_dim, dim)
         if n_steps > total_steps:
             raise ValueError(f"n_steps must be <= total_steps, got n_steps={n_steps}, total_steps={total_steps}")
         self.dim = dim
@@ -242,7 +241,7 @@ class _DriftChain(_InputChecks):
         self.total_steps = total_steps
         self.time_dim = time_dim
         self.hidden_dim = hidden
-        self.logvar_bounds = _common.check_bounds(logvar_bounds)
+        self.logvar_bounds = _input_checks.check_bounds(logvar_bounds)
         self.step_range = cast("tuple[float, float]", tuple(float(v) for v in step_range))
         self.step_sizes = bridge_step_sizes(n_steps, self.step_range)
         self.drift = nn.Sequential(nn.Linear(inputs * dim + time_dim, hidden), nn.GELU(),
@@ -354,9 +353,9 @@ class DistributionBridge(_DriftChain):
         Outputs are in the dtype of the bridge's parameters (float32 for half inputs with float32 weights).
         """
         _check_gaussian(mu, logvar, "input", ndim=None, validate_args=self.validate_args)
-        _common.check_dim(mu, "mu", self.dim)
-        mu = _common.to_module_dtype(mu, self)
-        logvar = _common.to_module_dtype(logvar, self).clamp(*self.logvar_bounds)
+        _input_checks.check_dim(mu, "mu", self.dim)
+        mu = _input_checks.to_module_dtype(mu, self)
+        logvar = _input_checks.to_module_dtype(logvar, self).clamp(*self.logvar_bounds)
         time_embeddings = self.time_embeddings.to(mu.dtype)
         for step, chi in enumerate(self.step_sizes):
             t_emb = time_embeddings[step].expand(*mu.shape[:-1], -1)
@@ -455,18 +454,18 @@ class ConditionedDistributionBridge(_DriftChain):
         (``[Q, 1, D]`` and ``[1, V, D]``: every pair); returns the bridged texts in the broadcast shape."""
         _check_gaussian(mu, logvar, "input", ndim=None, validate_args=self.validate_args)
         _check_gaussian(target_mu, target_logvar, "target", ndim=None, validate_args=self.validate_args)
-        _common.check_dim(mu, "mu", self.dim)
-        _common.check_dim(target_mu, "target_mu", self.dim)
+        _input_checks.check_dim(mu, "mu", self.dim)
+        _input_checks.check_dim(target_mu, "target_mu", self.dim)
         try:
             shape = torch.broadcast_shapes(mu.shape, target_mu.shape)
         except RuntimeError:
             raise ValueError(f"mu {tuple(mu.shape)} and target_mu {tuple(target_mu.shape)} must broadcast to one "
                              "shape (e.g. [Q, 1, D] texts and [1, V, D] videos)") from None
         lo, hi = self.logvar_bounds
-        mu = _common.to_module_dtype(mu, self).expand(shape)
-        logvar = _common.to_module_dtype(logvar, self).clamp(lo, hi).expand(shape)
-        target_mu = _common.to_module_dtype(target_mu, self)
-        target_logvar = _common.to_module_dtype(target_logvar, self).clamp(lo, hi)
+        mu = _input_checks.to_module_dtype(mu, self).expand(shape)
+        logvar = _input_checks.to_module_dtype(logvar, self).clamp(lo, hi).expand(shape)
+        target_mu = _input_checks.to_module_dtype(target_mu, self)
+        target_logvar = _input_checks.to_module_dtype(target_logvar, self).clamp(lo, hi)
         first, output = cast(nn.Linear, self.drift[0]), self.drift[1:]
         d2 = 2 * self.dim
         state_weight, target_weight, time_weight = first.weight.split([d2, d2, first.in_features - 2 * d2], dim=1)
@@ -519,49 +518,3 @@ class ProbabilisticAlignmentContrastiveLoss(_InputChecks):
 
     def extra_repr(self) -> str:
         return f"tau={self.tau}"
-
-
-class BridgeDistillationLoss(_InputChecks):
-    """One-step bridge distillation as a module: a student bridge against the end points of its teacher chain.
-
-    See :func:`~evidential_prvr.functional.bridge_distillation_loss` (DAB, Key Design 2 and "Limitations &
-    Future Work"). The module takes the student and the Gaussians it starts from, runs the student, and compares
-    where it lands with the teacher's end points (computed by the caller, e.g. under ``torch.no_grad()``).
-
-    Parameters
-    ----------
-    validate_args : bool, optional
-        Check that the inputs are finite (host synchronisations); ``None`` follows
-        :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from evidential_prvr.probabilistic import BridgeDistillationLoss, DistributionBridge
-    >>> teacher = DistributionBridge(8, n_steps=4)
-    >>> student = teacher.one_step_student()
-    >>> start = torch.randn(5, 8), torch.full((5, 8), -2.0)
-    >>> with torch.no_grad():
-    ...     target = teacher(*start)
-    >>> float(BridgeDistillationLoss()(student, *start, *target))  # both are the identity at initialisation
-    0.0
-
-    References
-    ----------
-    DAB: "Distribution-Alignment Bridge for Uncertainty-Aware Text-to-Video Retrieval", ECCV 2026, Key Design 2,
-    "Limitations & Future Work" (one-step bridge distillation).
-    """
-
-    def __init__(self, validate_args: bool | None = None) -> None:
-        super().__init__(validate_args)
-
-    def forward(self, student: DistributionBridge, mu: torch.Tensor, logvar: torch.Tensor, teacher_mu: torch.Tensor,
-                teacher_logvar: torch.Tensor) -> torch.Tensor:
-        """Scalar loss: ``student(mu, logvar)`` against the teacher's end points ``(teacher_mu, teacher_logvar)``,
-        all ``[..., D]``."""
-        if not isinstance(student, DistributionBridge):
-            raise TypeError(f"student must be a DistributionBridge (e.g. teacher.one_step_student()), got "
-                            f"{type(student).__name__}")
-        landed = student(mu, logvar)
-        return bridge_distillation_loss(student_mu=landed.mu, student_logvar=landed.logvar, teacher_mu=teacher_mu,
-                                        teacher_logvar=teacher_logvar, validate_args=self.validate_args)

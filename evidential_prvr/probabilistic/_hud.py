@@ -19,8 +19,8 @@ from evidential_prvr.functional._hud import (
     biased_max_similarity,
     holistic_atomistic_consistency_loss,
 )
-from evidential_prvr.probabilistic import _common
-from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
+from evidential_prvr.probabilistic import _input_checks
+from evidential_prvr.probabilistic._input_checks import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
 
 class ProbabilisticTextEmbedding(_InputChecks):
@@ -81,11 +81,11 @@ class ProbabilisticTextEmbedding(_InputChecks):
         validate_args: bool | None = None,
     ) -> None:
         super().__init__(validate_args)
-        _common.check_sizes(dim=dim, num_heads=num_heads)
+        _input_checks.check_sizes(dim=dim, num_heads=num_heads)
         if dim % num_heads:
             raise ValueError(f"num_heads must divide dim, got dim={dim}, num_heads={num_heads}")
         self.dim = dim
-        self.logvar_bounds = _common.check_bounds(logvar_bounds)
+        self.logvar_bounds = _input_checks.check_bounds(logvar_bounds)
         self.mean_attention = nn.MultiheadAttention(dim, num_heads, batch_first=True)
         self.logvar_attention = nn.MultiheadAttention(dim, num_heads, batch_first=True)
         self.mean_head = nn.Sequential(nn.Linear(dim, dim), nn.Sigmoid(), nn.LayerNorm(dim))
@@ -106,19 +106,19 @@ class ProbabilisticTextEmbedding(_InputChecks):
         mask : torch.Tensor, optional
             ``[B, T]`` bool, True = valid reference token.
         """
-        _common.check_features(text, "text", self.dim, ndim=(2, 3))
-        _common.check_features(reference_tokens, "reference_tokens", self.dim, ndim=3)
+        _input_checks.check_features(text, "text", self.dim, ndim=(2, 3))
+        _input_checks.check_features(reference_tokens, "reference_tokens", self.dim, ndim=3)
         if reference_tokens.shape[0] != text.shape[0]:
             raise ValueError(
                 f"reference_tokens must have batch size {text.shape[0]} like text, got shape {tuple(reference_tokens.shape)}"
             )
-        _common.check_inputs(self.validate_args, text=text, reference_tokens=reference_tokens)
-        _common.check_token_mask(mask, reference_tokens, validate_args=self.validate_args)
-        text = _common.to_module_dtype(text, self)
-        reference = _common.to_module_dtype(reference_tokens, self)
+        _input_checks.check_inputs(self.validate_args, text=text, reference_tokens=reference_tokens)
+        _input_checks.check_token_mask(mask, reference_tokens, validate_args=self.validate_args)
+        text = _input_checks.to_module_dtype(text, self)
+        reference = _input_checks.to_module_dtype(reference_tokens, self)
         query = text if text.dim() == 3 else text.unsqueeze(1)
         mean_context, logvar_context = _two_cross_attentions(
-            self.mean_attention, self.logvar_attention, query, reference, _common.key_padding(mask)
+            self.mean_attention, self.logvar_attention, query, reference, _input_checks.key_padding(mask)
         )
         mu = self.mean_head(mean_context + query)
         logvar = self.logvar_head(logvar_context + query).clamp(*self.logvar_bounds)
@@ -198,7 +198,7 @@ class ComposeByWeights(_InputChecks):
     def __init__(self, dim: int, hidden_dim: int | None = None, *, validate_args: bool | None = None) -> None:
         super().__init__(validate_args)
         check_positive_int(dim, "dim")
-        hidden = _common.hidden_size(hidden_dim, dim)
+        hidden = _input_checks.hidden_size(hidden_dim, dim)
         self.dim = dim
         self.mlp = nn.Sequential(nn.Linear(2 * dim, hidden), nn.ReLU(), nn.Linear(hidden, 2 * dim))
 
@@ -213,9 +213,9 @@ class ComposeByWeights(_InputChecks):
             ``[B, D]`` text token or ``[B, U, D]`` text samples; a ``[B, D]`` reference is
             explicitly repeated over the ``U`` samples.
         """
-        _common.check_features(reference, "reference", self.dim, ndim=(2, 3))
-        _common.check_features(text, "text", self.dim, ndim=(2, 3))
-        _common.check_inputs(self.validate_args, reference=reference, text=text)
+        _input_checks.check_features(reference, "reference", self.dim, ndim=(2, 3))
+        _input_checks.check_features(text, "text", self.dim, ndim=(2, 3))
+        _input_checks.check_inputs(self.validate_args, reference=reference, text=text)
         if reference.dim() == 2 and text.dim() == 3 and reference.shape[0] == text.shape[0]:
             reference = reference.unsqueeze(1).expand_as(text)
         if reference.shape != text.shape:
@@ -223,7 +223,7 @@ class ComposeByWeights(_InputChecks):
                 "reference must have shape [B, D] or the shape of text, got "
                 f"reference {tuple(reference.shape)} and text {tuple(text.shape)}"
             )
-        reference, text = _common.to_module_dtype(reference, self), _common.to_module_dtype(text, self)
+        reference, text = _input_checks.to_module_dtype(reference, self), _input_checks.to_module_dtype(text, self)
         weights: torch.Tensor = self.mlp(torch.cat([reference, text], dim=-1))
         w_alpha, w_beta = weights.chunk(2, dim=-1)
         return w_alpha * text + w_beta * reference

@@ -26,7 +26,7 @@ from evidential_prvr.choices import HUDDatasetName, HUDPreset
 from evidential_prvr.functional._gaussian import DiagonalGaussian
 from evidential_prvr.functional._hud import max_token_similarity
 from evidential_prvr.presets import hud_settings
-from evidential_prvr.probabilistic import _common
+from evidential_prvr.probabilistic import _input_checks
 from evidential_prvr.probabilistic._hud import (
     BatchClassificationLoss,
     BiasedMaxSimilarity,
@@ -132,10 +132,10 @@ class QueryTokenAttention(nn.Module):
         for name, tokens, mask in (("queries", queries, None), ("text", text, text_mask), ("visual", visual, visual_mask)):
             if tokens is not None:
                 check_tensor(tokens, name, ndim=3, floating=True)
-                _common.check_dim(tokens, name, self.dim)
+                _input_checks.check_dim(tokens, name, self.dim)
                 if tokens.shape[0] != batch:
                     raise ValueError(f"{name} must have batch size {batch}, got shape {tuple(tokens.shape)}")
-                _common.check_token_mask(mask, tokens, f"{name}_mask")
+                _input_checks.check_token_mask(mask, tokens, f"{name}_mask")
         n_queries = queries.shape[1]
         if n_queries % query_groups:
             raise ValueError(
@@ -544,8 +544,8 @@ class HUDObjective(PresetModule):
         """
         check_tensor(reference_tokens, "reference_tokens", ndim=3, floating=True)
         check_tensor(text_tokens, "text_tokens", ndim=3, floating=True)
-        _common.check_dim(reference_tokens, "reference_tokens", self.dim)
-        _common.check_dim(text_tokens, "text_tokens", self.dim)
+        _input_checks.check_dim(reference_tokens, "reference_tokens", self.dim)
+        _input_checks.check_dim(text_tokens, "text_tokens", self.dim)
         if reference_tokens.shape[1] != self.num_reference_tokens:
             raise ValueError(
                 f"reference_tokens must hold num_reference_tokens={self.num_reference_tokens} tokens, "
@@ -556,9 +556,9 @@ class HUDObjective(PresetModule):
                 f"text_tokens must have batch size {reference_tokens.shape[0]} like reference_tokens, "
                 f"got shape {tuple(text_tokens.shape)}"
             )
-        _common.check_inputs(self.validate_args, reference_tokens=reference_tokens, text_tokens=text_tokens)
-        _common.check_token_mask(reference_mask, reference_tokens, "reference_mask", self.validate_args)
-        _common.check_token_mask(text_mask, text_tokens, "text_mask", self.validate_args)
+        _input_checks.check_inputs(self.validate_args, reference_tokens=reference_tokens, text_tokens=text_tokens)
+        _input_checks.check_token_mask(reference_mask, reference_tokens, "reference_mask", self.validate_args)
+        _input_checks.check_token_mask(text_mask, text_tokens, "text_mask", self.validate_args)
         on = self.switches
         holistic = text_gaussian = atomistic = detail = None
         if on.holistic_level:
@@ -574,8 +574,8 @@ class HUDObjective(PresetModule):
         text_mask: torch.Tensor | None, generator: torch.Generator | None,
     ) -> tuple[torch.Tensor, DiagonalGaussian | None]:
         on = self.switches
-        reference_h = self.video_projection(_common.masked_mean(reference, reference_mask))
-        text_h = self.text_projection(_common.masked_mean(text, text_mask))
+        reference_h = self.video_projection(_input_checks.masked_mean(reference, reference_mask))
+        text_h = self.text_projection(_input_checks.masked_mean(text, text_mask))
         compose = self.holistic_composition if on.holistic_composition else _add_composition
         texts = text_h.unsqueeze(1)
         gaussian = None
@@ -601,7 +601,7 @@ class HUDObjective(PresetModule):
             # Eq. 8 and the original-token branch of Eq. 9 in one call; the two query sets do not attend to each other.
             composed = self.qformer(queries=queries, text=text, text_mask=text_mask, query_groups=n_sets)
         else:
-            composed = queries + _common.masked_mean(text, text_mask).unsqueeze(1)
+            composed = queries + _input_checks.masked_mean(text, text_mask).unsqueeze(1)
         composed = _fill_padding(composed, reference_mask)
         return F.normalize(self.composed_projection(composed), dim=-1), detail
 
@@ -610,12 +610,12 @@ class HUDObjective(PresetModule):
     def embed_targets(self, target_tokens: torch.Tensor, target_mask: torch.Tensor | None = None) -> HUDTargetTokens:
         """Holistic and atomistic target tokens of ``[B, M, D_A]`` target video tokens (§3.4)."""
         check_tensor(target_tokens, "target_tokens", ndim=3, floating=True)
-        _common.check_dim(target_tokens, "target_tokens", self.dim)
-        _common.check_inputs(self.validate_args, target_tokens=target_tokens)
-        _common.check_token_mask(target_mask, target_tokens, "target_mask", self.validate_args)
+        _input_checks.check_dim(target_tokens, "target_tokens", self.dim)
+        _input_checks.check_inputs(self.validate_args, target_tokens=target_tokens)
+        _input_checks.check_token_mask(target_mask, target_tokens, "target_mask", self.validate_args)
         holistic = atomistic = None
         if self.switches.holistic_level:
-            pooled = _common.masked_mean(target_tokens, target_mask)
+            pooled = _input_checks.masked_mean(target_tokens, target_mask)
             holistic = F.normalize(self.video_projection(pooled), dim=-1).unsqueeze(1)
         if self.switches.atomistic_level:
             atomistic = F.normalize(self.video_projection(_fill_padding(target_tokens, target_mask)), dim=-1)

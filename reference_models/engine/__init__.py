@@ -39,7 +39,7 @@ from reference_models.engine.cli import (
     write_json,
     write_text,
 )
-from reference_models.engine.compare import ComparisonRunner, ComparisonSpec, QueryRanks
+from reference_models.engine.seed_grid import ComparisonRunner, ComparisonSpec, QueryRanks
 from reference_models.engine.distributed import (
     DistributedRun,
     PeerStoppedError,

@@ -22,10 +22,10 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import nn
 
-from reference_models.engine.compare import ComparisonSpec, QueryRanks
 from reference_models.engine.distributed import DistributedRun
 from reference_models.engine.errors import UserError, check_choice
 from reference_models.engine.optimization import GRAD_CLIP_MODES, build_scheduler
+from reference_models.engine.seed_grid import ComparisonSpec, QueryRanks
 
 __all__ = ["TrainingSchedule", "TrainingTask", "StepTerms", "TotalTerms"]
 
@@ -178,7 +178,7 @@ class TrainingTask(metaclass=abc.ABCMeta):
         return {}
 
     #: The comparison this task's model exists to make (its method vs its base, the headline metrics), run by
-    #: :mod:`reference_models.engine.compare`; ``None``: the task has none.
+    #: :mod:`reference_models.engine.seed_grid`; ``None``: the task has none.
     comparison: ClassVar[ComparisonSpec | None] = None
 
     def query_ranks(self, model: nn.Module, split: Any, device: torch.device | str) -> QueryRanks:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reference_models import engine
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 
 __all__ = ["QUANTITIES", "collect", "draw", "format_table", "main"]
 

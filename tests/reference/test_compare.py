@@ -1,4 +1,4 @@
-"""The comparison tool (``python -m reference_models.compare``, :mod:`reference_models.engine.compare`): tiny
+"""The comparison tool (``python -m reference_models.compare``, :mod:`reference_models.engine.seed_grid`): tiny
 runs of every task, split-and-merge equals one shot, resume skips finished runs and completes interrupted
 ones, the schema of ``results.json``, the per-query ranks agree with each task's evaluation, and the errors."""
 
@@ -12,12 +12,12 @@ import torch
 
 from reference_models import compare as cli
 from reference_models.engine import UserError
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 from tests.reference.data_helpers import MICRO_SPEC
 
 
 def _holmes_runner(epochs: int = 1):
-    from reference_models.holmes.comparison import HolmesComparison
+    from reference_models.holmes.comparison_runner import HolmesComparison
     from reference_models.holmes.config import preset
 
     return HolmesComparison(preset("embedded").replace(schedule={"epochs": epochs}), MICRO_SPEC)
@@ -25,14 +25,14 @@ def _holmes_runner(epochs: int = 1):
 
 def _hud_runner():
     from reference_models.hud.benchmark import CVRBenchmarkSpec
-    from reference_models.hud.comparison import HUDComparison
+    from reference_models.hud.comparison_runner import HUDComparison
 
     return HUDComparison(CVRBenchmarkSpec().scaled(0.02), epochs=1)
 
 
 def _dab_runner():
     from reference_models.dab.benchmark import T2VBenchmarkSpec
-    from reference_models.dab.comparison import DABComparison
+    from reference_models.dab.comparison_runner import DABComparison
     from reference_models.dab.config import T2VConfig
 
     spec = T2VBenchmarkSpec(n_train=24, n_val=6, n_test=8, topics=3, events_per_topic=4, frames=6,
@@ -46,7 +46,7 @@ def _dab_runner():
 @pytest.fixture
 def tiny_holmes(monkeypatch):
     """``--task holmes`` of the command line trains the micro benchmark for one epoch."""
-    import reference_models.holmes.comparison as module
+    import reference_models.holmes.comparison_runner as module
 
     monkeypatch.setattr(module, "runner", lambda epochs=None, scale=1.0: _holmes_runner(epochs or 1))
     torch.set_num_threads(1)
@@ -253,7 +253,7 @@ def test_comparison_specs_name_their_headline_metrics():
 
 
 def test_dab_regime_comparison_ranks_generic_captions_by_topic_and_reports_diagnostics(tmp_path, capsys):
-    from reference_models.dab.comparison import MULTI_POSITIVE_SET
+    from reference_models.dab.comparison_runner import MULTI_POSITIVE_SET
 
     torch.set_num_threads(1)
     runner = cli.runner_for("dab", benchmark="msrvtt-regime", scale=0.01, epochs=1)

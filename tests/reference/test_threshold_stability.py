@@ -12,7 +12,7 @@ import torch
 
 from evidential_prvr.functional import identify
 from reference_models.holmes.cli import _config_from_args, build_parser
-from reference_models.holmes.comparison import HolmesComparison
+from reference_models.holmes.comparison_runner import HolmesComparison
 from reference_models.holmes.config import HolmesConfig, preset
 from reference_models.holmes.objective import HolmesObjective, build_criterion
 from reference_models.holmes.stability import ThresholdStability
@@ -118,7 +118,7 @@ def test_the_comparison_offers_holmes_ema_and_keeps_earlier_folders_valid():
 def test_the_comparison_sets_holmes_ema_against_holmes_itself(monkeypatch, tmp_path, capsys):
     import json
 
-    import reference_models.holmes.comparison as module
+    import reference_models.holmes.comparison_runner as module
     from reference_models import compare as cli
     from tests.reference.data_helpers import MICRO_SPEC
 

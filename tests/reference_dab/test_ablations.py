@@ -13,11 +13,11 @@ from torch.distributions import Normal, kl_divergence
 
 import reference_models.dab.model as model_module
 from reference_models import compare as cli
-from reference_models.dab.comparison import DABComparison
+from reference_models.dab.comparison_runner import DABComparison
 from reference_models.dab.config import ABLATIONS, T2VConfig
 from reference_models.dab.model import T2VModel
 from reference_models.engine import UserError
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 from tests.reference_dab.test_regime_comparison import TINY_REGIME, TINY_REGIME_CONFIG
 
 SMALL = T2VConfig().replace(backbone={"hidden": 16, "temporal_layers": 1, "heads": 2, "max_frames": 6},

@@ -13,14 +13,14 @@ import torch
 
 from evidential_prvr.functional import bridge_distillation_loss
 from reference_models.dab.cli import load_trained
-from reference_models.dab.comparison import DABComparison
+from reference_models.dab.comparison_runner import DABComparison
 from reference_models.dab.config import ABLATIONS, T2VConfig, ablation_config
 from reference_models.dab.data import load_t2v_split
 from reference_models.dab.distill import DISTILLED_NAME, distill_one_step
 from reference_models.dab.evaluate import score_split
 from reference_models.dab.model import T2VModel
-from reference_models.engine import compare as grid
 from reference_models.engine import load_checkpoint
+from reference_models.engine import seed_grid as grid
 from tests.reference_dab.test_regime_comparison import TINY_REGIME, TINY_REGIME_CONFIG
 
 

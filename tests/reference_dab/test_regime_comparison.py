@@ -12,11 +12,11 @@ import torch
 from reference_models.compare import build_results
 from reference_models.dab.benchmark import BENCHMARKS
 from reference_models.dab.cli import load_trained
-from reference_models.dab.comparison import DIAGNOSTICS_NAME, MULTI_POSITIVE_SET, DABComparison
+from reference_models.dab.comparison_runner import DIAGNOSTICS_NAME, MULTI_POSITIVE_SET, DABComparison
 from reference_models.dab.config import preset
 from reference_models.dab.data import load_t2v_split
 from reference_models.dab.evaluate import multi_positive_ranks, score_split
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 
 #: The regime's design and training (shared space, identity encoders, two groups, the Gaussian at the backbone's
 #: width with an identity-started mean) at a size that trains in seconds.

@@ -14,11 +14,11 @@ import torch
 from evidential_prvr.metrics import SELECTIVE_METRICS, compare_selective_runs
 from reference_models import compare as cli
 from reference_models.dab.cli import load_trained
-from reference_models.dab.comparison import MULTI_POSITIVE_SET, DABComparison
+from reference_models.dab.comparison_runner import MULTI_POSITIVE_SET, DABComparison
 from reference_models.dab.data import load_t2v_split
 from reference_models.dab.evaluate import score_split
 from reference_models.engine import UserError
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 from tests.reference_dab.test_regime_comparison import TINY_REGIME, TINY_REGIME_CONFIG
 
 

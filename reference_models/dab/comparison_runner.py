@@ -1,4 +1,4 @@
-"""DAB vs its CLIP4Clip-style base as a comparison of the engine (:mod:`reference_models.engine.compare`).
+"""DAB vs its CLIP4Clip-style base as a comparison of the engine (:mod:`reference_models.engine.seed_grid`).
 
 Each benchmark instance is the embedded text-to-video benchmark written with the data seed (``demo``'s
 generator and spec); each run trains one variant with the engine's trainer as
@@ -44,7 +44,7 @@ from reference_models.dab.evaluate import multi_positive_ranks, score_split
 from reference_models.dab.model import T2VModel, T2VOutput
 from reference_models.dab.task import T2VTask
 from reference_models.engine import ComparisonSpec, QueryRanks, Trainer, UserError, load_checkpoint, write_json
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 
 __all__ = ["DABComparison", "DIAGNOSTICS_NAME", "MULTI_POSITIVE_SET", "generic_multi_positive_ranks", "own_confidence",
            "runner"]
@@ -57,7 +57,7 @@ DIAGNOSTICS_NAME = grid.DIAGNOSTICS_NAME  # the engine's name: the report reads 
 
 
 class DABComparison:
-    """The :class:`~reference_models.engine.compare.ComparisonRunner` of DAB vs its base.
+    """The :class:`~reference_models.engine.seed_grid.ComparisonRunner` of DAB vs its base.
 
     Parameters
     ----------

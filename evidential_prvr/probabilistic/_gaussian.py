@@ -13,14 +13,14 @@ import torch
 
 from evidential_prvr._checks import check_positive_int, check_tensor
 from evidential_prvr.functional._gaussian import DiagonalGaussian, pairwise_gaussian_kl
-from evidential_prvr.probabilistic import _common
-from evidential_prvr.probabilistic._common import DEFAULT_LOGVAR_BOUNDS, _InputChecks
+from evidential_prvr.probabilistic import _input_checks
 from evidential_prvr.probabilistic._dab import (
     DistributionBridge,
     GaussianEmbeddingHead,
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
 )
+from evidential_prvr.probabilistic._input_checks import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
 
 @dataclass
@@ -170,10 +170,10 @@ class DABAlignment(_InputChecks):
         """Text (``[Q, dim_in]``), bridged text and video (``[V, T, dim_in]`` tokens) Gaussians; ``Q`` and ``V`` may differ."""
         check_tensor(text, "text", ndim=2, floating=True)
         check_tensor(video_tokens, "video_tokens", ndim=3, floating=True)
-        _common.check_inputs(self.validate_args, text=text, video_tokens=video_tokens)
-        _common.check_token_mask(video_mask, video_tokens, "video_mask", self.validate_args)
+        _input_checks.check_inputs(self.validate_args, text=text, video_tokens=video_tokens)
+        _input_checks.check_token_mask(video_mask, video_tokens, "video_mask", self.validate_args)
         text_gaussian = self.text_head(text)
-        video_base = self.video_head(_common.masked_mean(video_tokens, video_mask))
+        video_base = self.video_head(_input_checks.masked_mean(video_tokens, video_mask))
         video_logvar = self.token_head(video_tokens, base_logvar=video_base.logvar, mask=video_mask)
         return DABGaussians(
             text=text_gaussian,

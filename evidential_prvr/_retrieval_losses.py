@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._distributed import batch_rows, lift_rows, shared_gathers, warn_per_rank
+from evidential_prvr._loss_gathers import batch_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
 from evidential_prvr._settings import (
     BaseLossSettings,
     BaseRetrievalSettings,
     check_diversity_settings,
+    check_settings,
     check_triplet_settings,
+    settings_fields,
+    settings_repr,
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,

@@ -1,4 +1,4 @@
-"""Holmes vs the MIL baseline as a comparison of the engine (:mod:`reference_models.engine.compare`).
+"""Holmes vs the MIL baseline as a comparison of the engine (:mod:`reference_models.engine.seed_grid`).
 
 Each benchmark instance is the embedded benchmark (or a named one, ``--benchmark tvr-regime``: a TVR-sized
 test split) written with the data seed (``demo``'s generator and spec); each run trains one variant with the
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from reference_models.engine import ComparisonSpec, QueryRanks, write_json
-from reference_models.engine import compare as grid
+from reference_models.engine import seed_grid as grid
 from reference_models.holmes.config import HolmesConfig, preset
 from reference_models.holmes.data import (
     EmbeddedBenchmarkSpec,
@@ -39,7 +39,7 @@ _ABLATION = {"holmes": "full", "baseline": "baseline", "holmes-ema": "ema_thresh
 
 
 class HolmesComparison:
-    """The :class:`~reference_models.engine.compare.ComparisonRunner` of Holmes vs the MIL baseline.
+    """The :class:`~reference_models.engine.seed_grid.ComparisonRunner` of Holmes vs the MIL baseline.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""HUD vs its CoVR-style base as a comparison of the engine (:mod:`reference_models.engine.compare`).
+"""HUD vs its CoVR-style base as a comparison of the engine (:mod:`reference_models.engine.seed_grid`).
 
 Each benchmark instance is the embedded CVR benchmark (or a named one, ``--benchmark covr-regime``: the paper's
 regime) written with the data seed (``demo``'s generator, ``--benchmark-scale`` as in ``demo``); each run is :func:`reference_models.hud.cli.run_variant` (what ``demo``
@@ -34,7 +34,7 @@ __all__ = ["HUDComparison", "runner"]
 
 
 class HUDComparison:
-    """The :class:`~reference_models.engine.compare.ComparisonRunner` of HUD vs its base.
+    """The :class:`~reference_models.engine.seed_grid.ComparisonRunner` of HUD vs its base.
 
     Parameters
     ----------

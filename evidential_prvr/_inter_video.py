@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._distributed import batch_rows, shared_gathers
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
+from evidential_prvr._loss_gathers import batch_rows, shared_gathers
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
-from evidential_prvr._settings import InterVideoSettings
+from evidential_prvr._settings import InterVideoSettings, check_settings, settings_fields, settings_repr
 from evidential_prvr.choices import (
     REDUCTIONS,
     CalibrationSet,

@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._distributed import gather_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._flexible_ot import FlexibleOT
+from evidential_prvr._loss_gathers import gather_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr._overrides import check_settings, settings_fields, settings_repr
-from evidential_prvr._settings import IntraVideoSettings
+from evidential_prvr._settings import IntraVideoSettings, check_settings, settings_fields, settings_repr
 from evidential_prvr.choices import REDUCTIONS, DatasetName, IntraAssignment, Preset, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
 from evidential_prvr.functional._intra_video import IntraVideoLossDetails, _intra_video_loss
