@@ -6,7 +6,7 @@ queries (:func:`~evidential_prvr.metrics.selective_recall`) and the AURC of the 
 (:func:`~evidential_prvr.metrics.aurc`). Confidences: DAB's ``kl_margin`` (Gaussian heads), ``max_score``
 and ``margin`` (top-1 and top-1 minus top-2 ranking score; for a Gaussian head ``margin`` equals
 ``kl_margin``, so it is left out), and the library's evidential ``neg_u``, ``top_belief``, ``neg_xi`` read
-off :class:`~evidential_prvr.uncertainty.GalleryUncertainty` of the training logits (scaled cosine, or
+off :class:`~evidential_prvr.GalleryUncertainty` of the training logits (scaled cosine, or
 :math:`-C/\\tau`) with evidence temperature 1 over the top 10 candidates.
 """
 

@@ -34,14 +34,9 @@ optimiser step:
     after the optimiser step, ``malloc_trim(0)`` hands every free page of the heaps back to the system. Within
     a step freed blocks are reused without page faults; between steps the fragmentation that made the
     resident size climb is returned.
-``"heap-trim"``
-    as ``"trim"``, with no memory maps at all (``M_MMAP_MAX`` 0): the blocks of 32 MiB and more (attention
-    maps, the 4x feed-forward outputs) come from the heap too.
 ``"mapped"``
     every block of at least 1 MiB in a memory map of its own (:func:`keep_large_blocks_mapped`), freed at once:
     the lowest resident size, the most page faults.
-``"mapped-large"``
-    the same from 8 MiB (:data:`LARGE_MMAP_THRESHOLD_BYTES`).
 ``"off"``
     the allocator as it is (glibc's dynamic threshold in a fresh process); nothing per step.
 
@@ -81,14 +76,10 @@ __all__ = [
     "HOST_MEMORY_POLICIES",
     "DEFAULT_HOST_MEMORY",
     "MMAP_THRESHOLD_BYTES",
-    "LARGE_MMAP_THRESHOLD_BYTES",
 ]
 
 #: Blocks of at least this many bytes get a memory map of their own (1 MiB).
 MMAP_THRESHOLD_BYTES = 1 << 20
-
-#: The threshold of the ``"mapped-large"`` policy (8 MiB).
-LARGE_MMAP_THRESHOLD_BYTES = 8 << 20
 
 #: glibc's largest mmap threshold (``HEAP_MAX_SIZE / 2`` on 64-bit systems), where its dynamic rule ends up.
 _MAX_MMAP_THRESHOLD_BYTES = 32 << 20
@@ -101,7 +92,7 @@ PRELOADED_ALLOCATORS = ("jemalloc", "tcmalloc")
 JEMALLOC_CONF = "oversize_threshold:1,background_thread:true,metadata_thp:auto"
 
 #: The policies :func:`apply_host_memory_policy` knows, in the order the guide lists them.
-HOST_MEMORY_POLICIES = (*PRELOADED_ALLOCATORS, "trim", "heap-trim", "mapped", "mapped-large", "off")
+HOST_MEMORY_POLICIES = (*PRELOADED_ALLOCATORS, "trim", "mapped", "off")
 
 #: The policy the engine's :class:`~reference_models.engine.Trainer` applies unless told otherwise.
 DEFAULT_HOST_MEMORY = "tcmalloc"
@@ -240,15 +231,15 @@ def apply_host_memory_policy(policy: str = DEFAULT_HOST_MEMORY, *, argument: str
     why_not = _unavailable()
     if why_not is not None:
         return HostMemory(policy, False, why_not)
-    if policy in ("mapped", "mapped-large"):
-        threshold = MMAP_THRESHOLD_BYTES if policy == "mapped" else LARGE_MMAP_THRESHOLD_BYTES
-        ok = _mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and keep_large_blocks_mapped(threshold)
-        return HostMemory(policy, ok, f"every block of at least {threshold >> 20} MiB is a memory map of its own")
-    ok = (_mallopt(_M_MMAP_MAX, 0 if policy == "heap-trim" else _DEFAULT_MMAP_MAX)
+    if policy == "mapped":
+        ok = _mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX) and keep_large_blocks_mapped()
+        return HostMemory(policy, ok, f"every block of at least {MMAP_THRESHOLD_BYTES >> 20} MiB is a memory map "
+                                      "of its own")
+    ok = (_mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
           and _mallopt(_M_MMAP_THRESHOLD, _MAX_MMAP_THRESHOLD_BYTES)
           and _mallopt(_M_TRIM_THRESHOLD, 2 * _MAX_MMAP_THRESHOLD_BYTES))
-    where = "every block" if policy == "heap-trim" else "blocks below 32 MiB"
-    return HostMemory(policy, ok, f"{where} from the heaps, their free pages returned after every step", trims=ok)
+    return HostMemory(policy, ok, "blocks below 32 MiB from the heaps, their free pages returned after every step",
+                      trims=ok)
 
 
 def _library_folders(environ: Mapping[str, str]) -> list[str]:

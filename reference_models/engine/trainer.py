@@ -148,7 +148,7 @@ class Trainer:
         The allocator policy (:mod:`reference_models.engine.host_memory`): ``"tcmalloc"`` (the default) or
         ``"jemalloc"`` when that allocator was preloaded at the start of the process (else ``"trim"``),
         ``"trim"`` returns the heaps' free pages once after every optimiser step, ``"mapped"`` gives every block
-        of at least 1 MiB a memory map of its own, ``"heap-trim"``, ``"mapped-large"`` or ``"off"``. It moves where memory
+        of at least 1 MiB a memory map of its own, or ``"off"``. It moves where memory
         comes from, never a computed value; what was applied is :attr:`host_memory`.
     """
 

@@ -132,7 +132,7 @@ def restore_default_policy():
 def test_the_policy_is_checked_naming_the_argument(bad, tmp_path):
     from tests.reference.test_engine import ToyTask
 
-    with pytest.raises(ValueError, match="host_memory must be one of 'jemalloc', 'tcmalloc', 'trim', 'heap-trim', 'mapped'"):
+    with pytest.raises(ValueError, match="host_memory must be one of 'jemalloc', 'tcmalloc', 'trim', 'mapped', 'off'"):
         apply_host_memory_policy(bad)
     with pytest.raises(ValueError, match=r"host_memory .* got " + re.escape(repr(bad))):
         EngineTrainer(ToyTask(), tmp_path, show_progress=False, host_memory=bad)
@@ -151,7 +151,7 @@ def test_the_trimming_policies_trim_once_per_optimiser_step(policy, tmp_path, mo
     assert trainer.host_memory.policy == policy
     trainer.fit()
     loaded = policy in PRELOADED_ALLOCATORS and allocator_loaded(policy)
-    trimming = policy in ("trim", "heap-trim") or (policy in PRELOADED_ALLOCATORS and not loaded)  # its fallback
+    trimming = policy == "trim" or (policy in PRELOADED_ALLOCATORS and not loaded)  # its fallback
     expected = 3 * trainer.steps_per_epoch if trimming and _GLIBC else 0
     assert len(calls) == expected and trainer.host_memory.trims == (expected > 0)
     assert trainer.host_memory.applied == (loaded or (_GLIBC and policy not in ("off", *PRELOADED_ALLOCATORS)))
@@ -202,7 +202,7 @@ def rss():
             return int(line.split()[1]) / 1024
 from reference_models.engine.host_memory import apply_host_memory_policy
 mode = sys.argv[1]
-policy = apply_host_memory_policy(mode) if mode in ("trim", "heap-trim") else None
+policy = apply_host_memory_policy(mode) if mode == "trim" else None
 applied = keep_large_blocks_mapped() if mode == "on" else policy is not None and policy.applied
 for _ in range(2):  # what a training step does: free a large block, then many of a few MiB
     big = torch.ones(8 << 20); del big
@@ -229,9 +229,8 @@ def test_freed_blocks_leave_the_resident_set():
     assert on["applied"] is True and off["applied"] is False
     assert on["released_mib"] > 200
     assert off["released_mib"] < 100
-    for policy in ("trim", "heap-trim"):  # the heaps keep the blocks within the step, the trim returns them
-        trimmed = run(policy)
-        assert trimmed["applied"] is True and trimmed["released_mib"] > 200, policy
+    trimmed = run("trim")  # the heaps keep the blocks within the step, the trim returns them
+    assert trimmed["applied"] is True and trimmed["released_mib"] > 200
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")
