@@ -23,8 +23,8 @@ from evidential_prvr.functional._flexible_ot import (
     FlexibleOTResult,
     POTProblem,
     TransportSettings,
+    _pot_problems,
     flexible_ot,
-    run_pot_problems,
 )
 from evidential_prvr.presets import module_settings
 
@@ -238,4 +238,4 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
         >>> problem.a, problem.b  # one query (1/3) and the dustbin (2/3); two clips
         (array([0.33333333, 0.66666667]), array([0.5, 0.5]))
         """
-        return run_pot_problems(sim, query_mask, clip_mask, self._settings)
+        return _pot_problems(sim, query_mask, clip_mask, self._settings)

@@ -17,7 +17,7 @@ from evidential_prvr.functional._identification import (
     Identification,
     RunningThresholds,
     check_decay,
-    run_identify,
+    identify,
 )
 from evidential_prvr.presets import module_settings
 
@@ -179,8 +179,10 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
             ema = self.threshold_ema
-            result = run_identify(frame_sim, clip_sim, query_video, self._settings, self.validate_args,
-                                  None if ema is None else ema.running())
+            result = identify(frame_sim, clip_sim, query_video, beta=self.beta, tau=self.tau,
+                              tanh_scaling=self.tanh_scaling, entropy_median=self.entropy_median,
+                              matched=self.matched, fusion=self.fusion, validate_args=self.validate_args,
+                              running_thresholds=None if ema is None else ema.running())
             if ema is not None:
                 ema.record(result)
             return result

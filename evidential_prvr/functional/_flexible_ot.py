@@ -380,7 +380,7 @@ def _flexible_ot(
 
 
 @torch.no_grad()
-def run_pot_problems(
+def _pot_problems(
     sim: torch.Tensor, query_mask: torch.Tensor | None, clip_mask: torch.Tensor | None, settings: TransportSettings
 ) -> list[POTProblem]:
     """Per video, the problem POT solves to the plan of :func:`flexible_ot` with ``settings`` (the body of

@@ -321,6 +321,7 @@ def identify(
     matched: MatchRule = "any_positive",
     fusion: Fusion = "uncertainty_dominant",
     validate_args: bool | None = None,
+    running_thresholds: BranchPair | None = None,
 ) -> Identification:
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
@@ -364,6 +365,9 @@ def identify(
         Partition fusion rule (Eq. 14, Table 3 rows 5-7).
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
+    running_thresholds : tuple of RunningThresholds, optional
+        The frame and the clip branch's thresholds smoothed across batches (:func:`ema_thresholds`; what
+        :class:`~evidential_prvr.UncertaintyGuidedIdentifier` carries with ``threshold_decay``); ``None``: the in-batch thresholds of Eq. 11.
 
     Returns
     -------
@@ -384,15 +388,6 @@ def identify(
     """
     settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
                                       matched=matched, fusion=fusion)
-    return run_identify(frame_sim, clip_sim, query_video, settings, validate_args)
-
-
-def run_identify(
-    frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor, settings: IdentificationSettings,
-    validate_args: bool | None, running: BranchPair | None = None,
-) -> Identification:
-    """:func:`identify` with its settings already checked (the path of the identifier module); ``running``:
-    the frame and clip branches' :class:`RunningThresholds` (:func:`ema_thresholds`), ``None``: in-batch."""
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     with torch.no_grad():
@@ -400,7 +395,7 @@ def run_identify(
         c = clip_sim.detach().to(dtype)
         alpha_f = _evidence(f, settings.tau, settings.tanh_scaling) + 1.0
         alpha_c = _evidence(c, settings.tau, settings.tanh_scaling) + 1.0
-        return _identify(alpha_f, alpha_c, f, c, mask, settings, running)
+        return _identify(alpha_f, alpha_c, f, c, mask, settings, running_thresholds)
 
 
 def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
