@@ -117,7 +117,8 @@ class PresetModule(nn.Module):
         ``preset`` and ``dataset`` are the names the class accepts: ``"paper"`` or ``"release"`` and a data
         set of :func:`evidential_prvr.presets.holmes_settings` for the Holmes modules (``dataset=None``: TVR's),
         ``"paper"`` and ``None`` or ``"webvid-covr"`` for :class:`~evidential_prvr.probabilistic.HUDObjective`
-        (:func:`evidential_prvr.presets.hud_settings`).
+        (:func:`evidential_prvr.presets.hud_settings`), ``"paper"`` and ``None``, ``"msr-vtt"``, ``"msvd"`` or
+        ``"vatex"`` for the DAB heads and bridges (:func:`evidential_prvr.presets.dab_settings`).
 
         ``args`` and ``overrides`` are the constructor's arguments (checked by type checkers as the
         constructor's): each replaces the preset's value, and a name the constructor does not take raises

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 __all__ = [
     "Preset", "PRESETS", "DatasetName", "HUDPreset", "HUD_PRESETS", "HUDDatasetName", "HUD_DATASETS",
+    "DABPreset", "DAB_PRESETS", "DABDatasetName", "DAB_DATASETS",
     "Reduction", "REDUCTIONS", "TanhScaling", "TANH_SCALINGS", "MatchRule", "MATCH_RULES", "EntropyMedian",
     "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
     "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
@@ -42,6 +43,15 @@ HUDDatasetName = Literal["webvid-covr"]
 """The data set names of HUD's presets, as a type."""
 HUD_DATASETS: tuple[HUDDatasetName, ...] = get_args(HUDDatasetName)
 """The data set names of HUD's presets (its composed video retrieval settings, WebVid-CoVR)."""
+
+DABPreset = Literal["paper"]
+DAB_PRESETS: tuple[DABPreset, ...] = get_args(DABPreset)
+"""Preset names of the DAB modules' ``from_preset`` (:func:`evidential_prvr.presets.dab_settings`)."""
+
+DABDatasetName = Literal["msr-vtt", "msvd", "vatex"]
+"""The data set names of DAB's presets, as a type."""
+DAB_DATASETS: tuple[DABDatasetName, ...] = get_args(DABDatasetName)
+"""The data set names of DAB's presets (its text-to-video benchmarks; the paper uses one setting for all three)."""
 
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)

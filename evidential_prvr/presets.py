@@ -1,9 +1,10 @@
-"""One registry of every preset constant: Holmes's (the paper's and the official release's, per data set) and HUD's.
+"""One registry of every preset constant: Holmes's (the paper's and the official release's, per data set), HUD's and
+DAB's.
 
 Every ``from_preset(preset, dataset=None, *args, **overrides)`` of the package and the reference model's
 ``--config tvr|activitynet|charades`` read :func:`holmes_settings` (HUD's
-:meth:`HUDObjective.from_preset <evidential_prvr.PresetModule.from_preset>` reads :func:`hud_settings`), so each number
-lives here once.
+:meth:`HUDObjective.from_preset <evidential_prvr.PresetModule.from_preset>` reads :func:`hud_settings`, the DAB
+modules' read :func:`dab_settings`), so each number lives here once.
 
 ``preset="release"``
     The official Holmes code (``lijun2005/ICML26-Holmes``, ``src/Configs``): a ``dataset`` is required.
@@ -34,7 +35,7 @@ from evidential_prvr._settings import (
     IntraVideoSettings,
     TransportSettings,
 )
-from evidential_prvr.choices import HUD_DATASETS, HUD_PRESETS, PRESETS
+from evidential_prvr.choices import DAB_DATASETS, DAB_PRESETS, HUD_DATASETS, HUD_PRESETS, PRESETS
 
 __all__ = [
     "PRESETS",
@@ -59,6 +60,10 @@ __all__ = [
     "HUD_DATASETS",
     "HUDSettings",
     "hud_settings",
+    "DAB_PRESETS",
+    "DAB_DATASETS",
+    "DABSettings",
+    "dab_settings",
 ]
 
 
@@ -510,3 +515,93 @@ def hud_settings(preset: str, dataset: str | None = None) -> HUDSettings:
     if dataset is not None:
         check_choice(dataset, "dataset", HUD_DATASETS)
     return _HUD_PAPER
+
+
+# --- DAB (text-to-video retrieval) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DABSettings:
+    """DAB's constants of one preset: what the ``from_preset`` of its modules set
+    (:class:`~evidential_prvr.probabilistic.GaussianEmbeddingHead`,
+    :class:`~evidential_prvr.probabilistic.TokenUncertaintyHead`,
+    :class:`~evidential_prvr.probabilistic.DistributionBridge`,
+    :class:`~evidential_prvr.probabilistic.ConditionedDistributionBridge`), and the training recipe the paper
+    states, for a caller's own training loop (the reference model's regime is its own,
+    :mod:`reference_models.dab.config`). The sizes are the caller's, and the paper gives no PAC temperature.
+
+    Attributes
+    ----------
+    logvar_init : float
+        The log-variance heads' bias at the start (-2.0: low initial uncertainty).
+    logvar_bounds : tuple of float
+        The clip of every log-variance, ``(-6.0, 2.0)``.
+    n_steps, total_steps : int
+        The truncated bridge steps :math:`T' = 32` of :math:`N = 1000` diffusion steps.
+    step_range : tuple of float
+        The linear step-size schedule :math:`\\chi_t \\in [0.2, 0.6]`.
+    contraction : float
+        The contraction rate of the bridge's updates (at most 0.8).
+    weight_decay, encoder_lr, head_lr, warmup_ratio : float
+        AdamW's weight decay (0.02), the learning rates of the CLIP encoders (1e-6) and of the probabilistic and
+        bridge modules (1e-4), and the linear warm-up's share of training (10 %).
+    batch_size, epochs : int
+        32 and 10.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import dab_settings
+    >>> dab_settings("paper").n_steps, dab_settings("paper").step_range
+    (32, (0.2, 0.6))
+
+    References
+    ----------
+    DAB: "Distribution Alignment Bridge" (ECCV 2026), Key Designs 1-2 and its implementation details.
+    """
+
+    logvar_init: float = -2.0
+    logvar_bounds: tuple[float, float] = (-6.0, 2.0)
+    n_steps: int = 32
+    total_steps: int = 1000
+    step_range: tuple[float, float] = (0.2, 0.6)
+    contraction: float = 0.8
+    weight_decay: float = 0.02
+    encoder_lr: float = 1e-6
+    head_lr: float = 1e-4
+    warmup_ratio: float = 0.1
+    batch_size: int = 32
+    epochs: int = 10
+
+
+_DAB_PAPER = DABSettings()
+
+
+def dab_settings(preset: str, dataset: str | None = None) -> DABSettings:
+    """DAB's constants of ``preset`` for ``dataset``.
+
+    Parameters
+    ----------
+    preset : {"paper"}
+        DAB as described (:data:`~evidential_prvr.choices.DAB_PRESETS`).
+    dataset : {"msr-vtt", "msvd", "vatex"}, optional
+        The paper trains all three with one setting, so every data set (and ``None``) gives the same values.
+
+    Returns
+    -------
+    DABSettings
+        Frozen; change a value with :func:`dataclasses.replace`.
+
+    Examples
+    --------
+    >>> from evidential_prvr.presets import dab_settings
+    >>> dab_settings("paper", "vatex") == dab_settings("paper")
+    True
+
+    References
+    ----------
+    DAB: "Distribution Alignment Bridge" (ECCV 2026), its implementation details.
+    """
+    check_choice(preset, "preset", DAB_PRESETS)
+    if dataset is not None:
+        check_choice(dataset, "dataset", DAB_DATASETS)
+    return _DAB_PAPER

@@ -133,6 +133,9 @@ def test_user_mistakes_are_reported(mypy_output):
             'expected "Literal[\'mean\', \'sum\', \'none\']"') in out
     assert 'Argument 1 to "from_preset" of "PresetModule" has incompatible type "Literal[\'relase\']"' in out
     assert 'Unexpected keyword argument "kk" for "from_preset" of "PresetModule"' in out
+    assert ('Argument 2 to "from_preset" of "PresetModule" has incompatible type "Literal[\'msrvtt\']"; '
+            'expected "Literal[\'msr-vtt\', \'msvd\', \'vatex\'] | None"') in out  # DAB's data sets
+    assert 'Unexpected keyword argument "contractoin" for "from_preset" of "PresetModule"' in out
     revealed = [line for line in out.splitlines() if "Revealed type" in line]
     assert "epsilon: float =, n_iters: int =" in revealed[0] and "*Any" not in revealed[0]
     assert "-> evidential_prvr.functional._flexible_ot.FlexibleOTResult" in revealed[1]

@@ -365,7 +365,7 @@ def identify(
         Partition fusion rule (Eq. 14, Table 3 rows 5-7).
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
-    running_thresholds : tuple of RunningThresholds, optional
+    running_thresholds : tuple, optional
         The frame and the clip branch's thresholds smoothed across batches (:func:`ema_thresholds`; what
         :class:`~evidential_prvr.UncertaintyGuidedIdentifier` carries with ``threshold_decay``); ``None``: the in-batch thresholds of Eq. 11.
 

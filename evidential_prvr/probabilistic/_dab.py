@@ -8,13 +8,15 @@ class and collected in ``docs/guide/probabilistic.rst``.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from evidential_prvr._checks import check_in_range, check_positive, check_tensor
+from evidential_prvr._module_bases import PresetModule
+from evidential_prvr.choices import DABDatasetName, DABPreset
 from evidential_prvr.functional._dab import (
     bounded_contraction,
     bridge_step_sizes,
@@ -23,11 +25,12 @@ from evidential_prvr.functional._dab import (
     sinusoidal_time_embedding,
 )
 from evidential_prvr.functional._gaussian import DiagonalGaussian, _check_gaussian
+from evidential_prvr.presets import dab_settings
 from evidential_prvr.probabilistic import _input_checks
 from evidential_prvr.probabilistic._input_checks import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
 
-class _LogVarHead(_InputChecks):
+class _LogVarHead(_InputChecks, PresetModule):
     """What the DAB heads share: the checked sizes and bounds, and their last layer, a clipped log-variance
     ``Linear(dim_in, dim_out)`` (:meth:`_logvar_layer`).
 
@@ -110,6 +113,11 @@ class GaussianEmbeddingHead(_LogVarHead):
         self.logvar_norm = nn.LayerNorm(dim_in)
         self.logvar = self._logvar_layer(logvar_init)
 
+    @classmethod
+    def _preset_arguments(cls, preset: DABPreset, dataset: DABDatasetName | None) -> dict[str, Any]:
+        settings = dab_settings(preset, dataset)
+        return {"logvar_init": settings.logvar_init, "logvar_bounds": settings.logvar_bounds}
+
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
         _input_checks.check_features(x, "x", self.dim_in)
@@ -178,6 +186,11 @@ class TokenUncertaintyHead(_LogVarHead):
         self.norm = nn.LayerNorm(dim_in)
         self.logvar = self._logvar_layer(logvar_init)
 
+    @classmethod
+    def _preset_arguments(cls, preset: DABPreset, dataset: DABDatasetName | None) -> dict[str, Any]:
+        settings = dab_settings(preset, dataset)
+        return {"logvar_init": settings.logvar_init, "logvar_bounds": settings.logvar_bounds}
+
     def forward(
         self, tokens: torch.Tensor, base_logvar: torch.Tensor | None = None, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
@@ -210,7 +223,7 @@ class TokenUncertaintyHead(_LogVarHead):
         return combine_video_log_variances(base_logvar.to(token_logvar.dtype), token_logvar).clamp(*self.logvar_bounds)
 
 
-class _DriftChain(_InputChecks):
+class _DriftChain(_InputChecks, PresetModule):
     """What DAB's bridges share: the checked settings, the step sizes, the time embeddings and the
     zero-initialised drift MLP ``Linear(inputs * dim + time_dim, hidden) -> GELU -> Linear(hidden, 2 * dim)``;
     ``inputs`` is the number of ``dim``-sized parts the drift sees (2: the state; 4: the state and its target).
@@ -347,6 +360,11 @@ class DistributionBridge(_DriftChain):
         student.drift.load_state_dict(self.drift.state_dict())
         return student
 
+    @classmethod
+    def _preset_arguments(cls, preset: DABPreset, dataset: DABDatasetName | None) -> dict[str, Any]:
+        fields = ("n_steps", "total_steps", "step_range", "logvar_bounds")
+        return {name: getattr(dab_settings(preset, dataset), name) for name in fields}
+
     def forward(self, mu: torch.Tensor, logvar: torch.Tensor) -> DiagonalGaussian:
         """Run the ``n_steps`` bridge updates on Gaussians ``[..., dim]``; returns ``(mu, logvar)``, same shape.
 
@@ -447,6 +465,11 @@ class ConditionedDistributionBridge(_DriftChain):
         if contraction is not None:
             check_in_range(contraction, "contraction", 0.0, 1.0, low_inclusive=False)
         self.contraction = contraction
+
+    @classmethod
+    def _preset_arguments(cls, preset: DABPreset, dataset: DABDatasetName | None) -> dict[str, Any]:
+        fields = ("n_steps", "total_steps", "step_range", "contraction", "logvar_bounds")
+        return {name: getattr(dab_settings(preset, dataset), name) for name in fields}
 
     def forward(self, mu: torch.Tensor, logvar: torch.Tensor, target_mu: torch.Tensor,
                 target_logvar: torch.Tensor) -> DiagonalGaussian:

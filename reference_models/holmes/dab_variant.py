@@ -44,7 +44,7 @@ class DABObjective(nn.Module):
     ----------
     hidden_size : int
         The reference model's embedding size.
-    settings : DABSettings
+    settings : reference_models.holmes.config.DABSettings
         Gaussian dimension, bridge steps and PAC temperature.
     """
 

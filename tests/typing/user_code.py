@@ -13,7 +13,7 @@ from typing_extensions import assert_type
 import evidential_prvr as ep
 from evidential_prvr import HolmesCriterion
 from evidential_prvr import functional as EF
-from evidential_prvr.probabilistic import HUDObjective
+from evidential_prvr.probabilistic import DistributionBridge, HUDObjective
 
 criterion = HolmesCriterion.from_preset("release", dataset="tvr")
 assert_type(criterion, HolmesCriterion)
@@ -62,3 +62,4 @@ assert_type(EF.inter_video_loss_details(torch.rand(3, 2), torch.rand(3, 2), torc
             ep.InterVideoLossDetails)
 assert_type(ep.UncertaintyGuidedIdentifier()(torch.rand(3, 2), torch.rand(3, 2), torch.tensor([0, 1, 1])),
             ep.Identification)
+assert_type(DistributionBridge.from_preset("paper", "vatex", 8, n_steps=4), DistributionBridge)

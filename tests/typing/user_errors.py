@@ -7,7 +7,7 @@ from typing_extensions import reveal_type
 
 import evidential_prvr as ep
 from evidential_prvr import functional as F
-from evidential_prvr.probabilistic import HUDObjective
+from evidential_prvr.probabilistic import ConditionedDistributionBridge, DistributionBridge, HUDObjective
 
 ot = ep.FlexibleOT(epsilon=0.1, n_iter=50)  # typo: the parameter is n_iters
 m = ep.FlexibleOT(method="lgo")  # misspelt choice in a written-out constructor
@@ -23,5 +23,7 @@ g = ep.GalleryUncertainty.from_preset("release", "tvr", kk=3)  # typo in an over
 h = HUDObjective.from_preset("relase", dim=4, holistic_dim=4, num_reference_tokens=2)  # misspelt preset
 k = HUDObjective.from_preset("paper", dim=4, holistic_dim=4, num_reference_tokens=2, kapa=0.5)  # typo in an override
 n = ep.HolmesCriterion.from_preset("release", "tvr", total_epoch=6)  # typo: the keyword is total_epochs
+q = DistributionBridge.from_preset("paper", "msrvtt", dim=8)  # misspelt data set
+w = ConditionedDistributionBridge.from_preset("paper", dim=8, contractoin=0.5)  # typo in an override
 reveal_type(ep.FlexibleOT.__init__)
 reveal_type(F.flexible_ot)
