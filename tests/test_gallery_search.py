@@ -378,3 +378,47 @@ def test_clip_index_search_refuses_dot_product_scoring():
     q, c, _, _, _ = _gallery(dtype=torch.float32)
     with pytest.raises(ValueError, match=r"scoring\.normalize=True"):
         ClipIndex(c, "flat").search(q, k=2, scoring=SearchScoring(normalize=False))
+
+
+@pytest.mark.parametrize("spec", ["flat", "ivf:nlist=6,nprobe=3", "ivfpq:nlist=4,nprobe=2,pq_m=4", "hnsw:m=8,ef_search=16"])
+def test_a_saved_index_loads_to_the_same_top_k(tmp_path, spec):
+    pytest.importorskip("faiss")
+    g = torch.Generator().manual_seed(3)
+    clips, queries = torch.randn(60, 4, 16, generator=g), torch.randn(9, 16, generator=g)
+    index = ClipIndex(clips, spec)
+    index.save(tmp_path / "gallery.index")
+    loaded = ClipIndex.load(tmp_path / "gallery.index")
+    assert loaded.spec == index.spec and torch.equal(loaded.clips, clips)
+    before, after = index.search(queries, k=5, num_candidates=10), loaded.search(queries, k=5, num_candidates=10)
+    assert torch.equal(after.indices, before.indices) and torch.equal(after.scores, before.scores)
+    assert torch.equal(loaded.candidates(queries, 7), index.candidates(queries, 7))
+    assert [p.name for p in tmp_path.iterdir()] == ["gallery.index"]  # no temporary file left
+
+
+def test_a_save_that_fails_keeps_the_previous_file(tmp_path, monkeypatch):
+    pytest.importorskip("faiss")
+    clips = torch.randn(10, 2, 8, generator=torch.Generator().manual_seed(0))
+    ClipIndex(clips, "flat").save(tmp_path / "g.index")
+    before = (tmp_path / "g.index").read_bytes()
+
+    def broken_save(obj, file):
+        file.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        ClipIndex(clips * 2, "flat").save(tmp_path / "g.index")
+    assert (tmp_path / "g.index").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["g.index"]
+
+
+def test_loading_something_else_is_refused_naming_the_file(tmp_path):
+    pytest.importorskip("faiss")
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "model.pt")
+    with pytest.raises(ValueError, match=r"model\.pt is not a saved ClipIndex"):
+        ClipIndex.load(tmp_path / "model.pt")
+    (tmp_path / "noise.index").write_bytes(b"not a torch file")
+    with pytest.raises(ValueError, match=r"noise\.index is not a saved ClipIndex"):
+        ClipIndex.load(tmp_path / "noise.index")
+    with pytest.raises(FileNotFoundError):
+        ClipIndex.load(tmp_path / "missing.index")
