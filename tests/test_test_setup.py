@@ -12,7 +12,8 @@ from hypothesis import settings
 
 from tests.conftest import MULTITHREADED_THREADS, hypothesis_profile
 
-CI_SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "run"
+ROOT = Path(__file__).resolve().parents[1]
+CI_SCRIPT = ROOT / ".ci" / "run"
 
 
 def test_the_profile_comes_from_hypothesis_profile_then_ci():
@@ -49,3 +50,15 @@ def test_tests_run_with_one_intra_op_thread():
 @pytest.mark.multithreaded
 def test_a_multithreaded_test_gets_more_threads():
     assert torch.get_num_threads() == MULTITHREADED_THREADS
+
+
+def test_ci_runs_the_own_videos_tests_as_the_readme_installs_them():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = CI_SCRIPT.read_text(encoding="utf-8")
+    pair = "pip install torch==2.14.1 torchvision==0.29.1"
+    command = "python -m pytest -q tests/test_own_videos.py"
+    assert pair in readme and command in readme and '".[test,reference,video]"' in readme
+    install = ci.index("python -m pip install --quiet torch==2.14.1 torchvision==0.29.1")
+    extra = ci.index('python -m pip install --quiet -e ".[test,reference,faiss,video]"')
+    run = re.search(r"^python -m pytest -q tests/test_own_videos\.py$", ci, re.M)
+    assert run and install < extra < run.start()

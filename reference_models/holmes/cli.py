@@ -1,5 +1,5 @@
 """Command line of the Holmes reference model:
-``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose}``.
+``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose,extract,search}``.
 
 ``train``
     Train on a data root in the MS-SL/GMMFormer layout and write ``<output-dir>/results.json`` with the
@@ -19,6 +19,15 @@
 
 ``diagnose``
     Write an HTML report of a checkpoint's retrieval-time uncertainty (:mod:`reference_models.holmes.diagnose`).
+``extract``
+    Decode a folder of videos, encode frames and captions with an ``open_clip`` CLIP model and write the layout
+    the other commands read (:mod:`reference_models.holmes.videos.extraction`).
+``search``
+    Answer free-text queries over an extracted gallery with a trained checkpoint: top videos, best moments,
+    the query's opinion and type, and answer or rephrase at a risk (:mod:`reference_models.holmes.videos.search`).
+
+Given a ``--data-root`` that ``extract`` wrote, ``--collection`` and ``--visual-feature`` default to the names
+it recorded there.
 
 ``train``, ``evaluate`` and ``demo`` also fit the retrieval-time identification thresholds on the ``val`` split
 and report selective retrieval and identification (:mod:`reference_models.holmes.selective`).
@@ -48,6 +57,13 @@ from reference_models.holmes.data import (
     video_overlap_warnings,
 )
 from reference_models.holmes.data.layout import CollectionPaths
+from reference_models.holmes.videos.commands import (
+    add_extract_parser,
+    add_search_parser,
+    resolve_data_root,
+    run_extract,
+    run_search,
+)
 
 __all__ = ["main", "build_parser", "run_comparison"]
 
@@ -69,8 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     def data_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-root", required=True, help="folder holding <collection>/TextData and FeatureData")
-        p.add_argument("--collection", default="tvr", help="collection name (default: tvr)")
-        p.add_argument("--visual-feature", default="i3d_resnet", help="FeatureData sub-folder (default: i3d_resnet)")
+        p.add_argument("--collection", help="collection name (default: the one extract recorded in the data root, "
+                                            "else tvr)")
+        p.add_argument("--visual-feature", help="FeatureData sub-folder (default: the one extract recorded in the "
+                                                "data root, else i3d_resnet)")
 
     train = sub.add_parser("train", help="train a model and write results.json with the test metrics")
     data_args(train)
@@ -121,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     from reference_models.holmes.diagnose import add_diagnose_parser
 
     add_diagnose_parser(sub, data_args, engine.device_arg)
+    add_extract_parser(sub)
+    add_search_parser(sub)
     return parser
 
 
@@ -131,7 +151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it already
         return exc.code if isinstance(exc.code, int) else engine.EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
-               "diagnose": _diagnose}[args.command]
+               "diagnose": _diagnose, "extract": run_extract, "search": run_search}[args.command]
+    try:
+        resolve_data_root(args)
+    except engine.UserError as exc:
+        engine.print_line("error", str(exc))
+        return engine.EXIT_USER_ERROR
     return engine.run_main(handler, args, program=argv is None)
 
 

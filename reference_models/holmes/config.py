@@ -18,6 +18,10 @@ Presets (:func:`preset`):
     :func:`from_registry` with ``source="paper"`` gives the paper's variant of the same data set.
 ``embedded``
     Tuned for the small embedded benchmark on two CPU cores (hidden size 64, few epochs, short stages).
+``clip``
+    For the CLIP features that ``extract`` writes from your own videos (frame and token widths of the
+    encoder, read from the data): the embedded recipe with hidden size 128, CLIP's whole 77-token context
+    and 60 epochs.
 
 Every section that the registry has is the registry's own dataclass, under its own field names:
 ``model`` (:class:`~reference_models.holmes.model.ModelSettings`, the registry's
@@ -460,16 +464,26 @@ def _embedded() -> HolmesConfig:
     )
 
 
+def _clip() -> HolmesConfig:
+    # Features from ``extract`` (CLIP frame and token features, 512-d for ViT-B-32, 768-d for ViT-L-14; the
+    # widths are read from the data) on a collection of your own: the embedded preset's recipe, a wider
+    # hidden size for the wider inputs, and CLIP's whole 77-token context kept.
+    base = _embedded()
+    return base.replace(model={"hidden_size": 128, "max_query_len": 77},
+                        schedule={"epochs": 60, "warmup_stage_epochs": 6, "hard_negative_epoch": 12}, name="clip")
+
+
 PRESETS: dict[str, Any] = {
     "tvr": lambda: from_registry("tvr"),
     "activitynet": lambda: from_registry("activitynet"),
     "charades": lambda: from_registry("charades"),
     "embedded": _embedded,
+    "clip": _clip,
 }
 
 
 def preset(name: str) -> HolmesConfig:
-    """A fresh :class:`HolmesConfig` for ``"tvr"``, ``"activitynet"``, ``"charades"`` or ``"embedded"``."""
+    """A fresh :class:`HolmesConfig` for ``"tvr"``, ``"activitynet"``, ``"charades"``, ``"embedded"`` or ``"clip"``."""
     check_choice(name, "config preset", tuple(PRESETS))
     return PRESETS[name]()
 

@@ -17,7 +17,7 @@ from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_ca
 from reference_models.holmes.data.sampling import BOUNDARY_MODES, l2_normalize, pool_segments, sample_frames
 from reference_models.holmes.data.visual_formats import VisualReader
 
-__all__ = ["PRVRSplit", "load_split", "fingerprint_differences"]
+__all__ = ["PRVRSplit", "load_split", "load_gallery", "fingerprint_differences"]
 
 
 @dataclass
@@ -238,4 +238,48 @@ def load_split(
         boundaries=boundaries,
         _visual=visual,
         _text=text,
+    )
+
+
+def load_gallery(
+    data_root: str | Path,
+    collection: str,
+    visual_feature: str,
+    *,
+    max_query_len: int = 30,
+    n_clips: int = 32,
+    n_frames: int = 128,
+    boundaries: str = "release",
+) -> PRVRSplit:
+    """Every video of an HDF5 feature file (``feature.hdf5``) as a split without captions, in key order.
+
+    What ``search`` encodes: the whole collection, also the videos no caption file names. The arguments are
+    those of :func:`load_split`.
+
+    Raises
+    ------
+    DataValidationError
+        When the feature file is missing, unreadable or holds no video.
+    """
+    import h5py
+
+    _check_int(n_clips, "n_clips")
+    _check_int(n_frames, "n_frames")
+    paths = CollectionPaths(Path(data_root), collection, visual_feature)
+    if not paths.feature_hdf5.is_file():
+        raise DataValidationError(paths.feature_hdf5, "missing file")
+    try:
+        with h5py.File(paths.feature_hdf5, "r") as f:
+            video_ids = sorted(f.keys())
+            visual_dim = int(f[video_ids[0]].shape[1]) if video_ids else 0
+    except OSError as exc:
+        raise DataValidationError(paths.feature_hdf5, f"cannot open HDF5 file ({exc})") from None
+    if not video_ids:
+        raise DataValidationError(paths.feature_hdf5, "holds no video")
+    return PRVRSplit(
+        collection=collection, split="gallery", video_ids=video_ids, caption_ids=[],
+        caption_video_index=torch.zeros(0, dtype=torch.int64), video_caption_indices=[],
+        visual_dim=visual_dim, text_dim=0, max_query_len=max_query_len, n_clips=n_clips, n_frames=n_frames,
+        boundaries=boundaries, _visual=HDF5Reader(paths.feature_hdf5, kind="video"),
+        _text=HDF5Reader(paths.text_features, kind="caption"),
     )
