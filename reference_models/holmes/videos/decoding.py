@@ -7,8 +7,8 @@ torchcodec needs FFmpeg's shared libraries from the system and a wheel built for
 :func:`decode_video` samples one frame every ``1 / fps`` seconds (the first decoded frame at or after each
 sampling time), fewer when the video is longer than ``max_frames / fps`` seconds (the rate is lowered so
 that ``max_frames`` frames cover the whole video), resizes the short side to ``size`` and crops the centre
-square: the CLIP preprocessing, done by FFmpeg's scaler in the decoding process. :class:`VideoFrames` is
-the dataset a ``DataLoader`` with workers iterates, so that decoding overlaps encoding.
+square: the CLIP preprocessing, done by FFmpeg's scaler in the decoding process (``extract`` calls it in
+``DataLoader`` workers, so that decoding overlaps encoding).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from torch.utils.data import Dataset
 
-__all__ = ["VIDEO_SUFFIXES", "SampledVideo", "decode_video", "VideoFrames"]
+__all__ = ["VIDEO_SUFFIXES", "SampledVideo", "decode_video"]
 
 #: File suffixes taken for videos (case-insensitive); other files in the folder are ignored and counted.
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".flv", ".wmv", ".ts")
@@ -122,16 +121,3 @@ def decode_video(path: str | Path, *, fps: float, max_frames: int, size: int) ->
         rate = max_frames / max(last_end, 1e-9)
     return SampledVideo(video_id, stacked, stamps, float(rate), max(known, last_end))
 
-
-class VideoFrames(Dataset):
-    """The videos of a list of files as :class:`SampledVideo` items (a ``DataLoader`` with ``batch_size=None``)."""
-
-    def __init__(self, files: list[Path], *, fps: float, max_frames: int, size: int) -> None:
-        self.files = list(files)
-        self.fps, self.max_frames, self.size = fps, max_frames, size
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, index: int) -> SampledVideo:
-        return decode_video(self.files[index], fps=self.fps, max_frames=self.max_frames, size=self.size)

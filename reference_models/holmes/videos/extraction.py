@@ -36,7 +36,7 @@ from reference_models import engine
 from reference_models.holmes.data.layout import SPLITS, CollectionPaths
 from reference_models.holmes.videos.captions_input import assign_splits, read_caption_input
 from reference_models.holmes.videos.clip_encoder import ClipEncoder, EncoderSpec
-from reference_models.holmes.videos.decoding import VIDEO_SUFFIXES, SampledVideo, VideoFrames
+from reference_models.holmes.videos.decoding import VIDEO_SUFFIXES, SampledVideo, decode_video
 
 __all__ = ["ExtractionSettings", "ExtractionReport", "run_extraction", "read_extraction", "EXTRACTION_FILE",
            "REPORT_FILE"]
@@ -145,6 +145,20 @@ def _read_shard(path: Path) -> dict[str, np.ndarray]:
         return {name: data[name] for name in data.files}
 
 
+class _VideoFrames(torch.utils.data.Dataset):
+    """The sampled frames of a list of video files, one :class:`SampledVideo` per item (decoded in a worker)."""
+
+    def __init__(self, files: list[Path], *, fps: float, max_frames: int, size: int) -> None:
+        self.files = list(files)
+        self.fps, self.max_frames, self.size = fps, max_frames, size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> SampledVideo:
+        return decode_video(self.files[index], fps=self.fps, max_frames=self.max_frames, size=self.size)
+
+
 def _collate_one(item: Any) -> Any:  # batch_size=None: one video per item, as the dataset gave it
     return item
 
@@ -152,7 +166,7 @@ def _collate_one(item: Any) -> Any:  # batch_size=None: one video per item, as t
 def _encode_videos(pending: list[Path], encoder: ClipEncoder, settings: ExtractionSettings, shards: Path,
                    report: ExtractionReport, progress: Callable[[int], None]) -> None:
     """Decode (in ``settings.workers`` processes) and encode every pending video; write each one's shard."""
-    dataset = VideoFrames(pending, fps=settings.fps, max_frames=settings.max_frames, size=encoder.image_size)
+    dataset = _VideoFrames(pending, fps=settings.fps, max_frames=settings.max_frames, size=encoder.image_size)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, collate_fn=_collate_one,
                                          num_workers=settings.workers, prefetch_factor=2 if settings.workers else None)
     for video in loader:

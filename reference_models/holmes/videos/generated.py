@@ -92,7 +92,7 @@ def write_generated_collection(
         Each event's length, the frame rate and the (square) frame size in pixels.
     generic_fraction : float
         Share of the videos that also get one generic caption.
-    split_fractions : tuple of three floats
+    split_fractions : tuple of float
         Shares of the videos in train, val and test (the CSV's ``split`` column).
     seed : int
         Everything is a function of it.
