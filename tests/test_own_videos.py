@@ -222,6 +222,19 @@ def test_end_to_end_retrieves_held_out_captions_and_flags_generic_ones(trained: 
     rephrase_generic = np.mean([a["decision"] == "rephrase" for a in generic])
     rephrase_specific = np.mean([a["decision"] == "rephrase" for _, a in specific])
     assert rephrase_generic > rephrase_specific, (rephrase_generic, rephrase_specific)
+    under_generic = np.mean([a["query_type"] == "underdetermined" for a in generic])
+    under_specific = np.mean([a["query_type"] == "underdetermined" for _, a in specific])
+    assert under_generic > under_specific, (under_generic, under_specific)
+    # the best moment of the right video, when it is shown, overlaps the event its caption describes
+    truth = json.loads((trained["coll"] / "truth.json").read_text())
+    overlaps = []
+    for (cid, s), a in zip(captions, answers):
+        if s in GENERIC_CAPTIONS:
+            continue
+        vid, event = cid.split("#")[0], int(cid.split("#")[2])
+        start, end = truth["videos"][vid][event]["span"]
+        overlaps += [h["moment"]["start"] < end and h["moment"]["end"] > start for h in a["results"] if h["video"] == vid]
+    assert overlaps and np.mean(overlaps) >= 0.8, overlaps
     first = answers[0]
     assert set(first) >= {"query", "results", "belief", "uncertainty", "query_type", "decision", "threshold"}
     assert first["query_type"] in ("precise", "polysemous", "underdetermined")
