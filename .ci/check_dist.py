@@ -1,4 +1,4 @@
-"""Check that the built wheel and sdist in the given folder each hold the LICENSE and evidential_prvr/py.typed."""
+"""Check that the built wheel and sdist each hold the LICENSE and evidential_prvr/py.typed, and the wheel the page of serve."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ def main(folder: str) -> int:
         missing.append(f"{wheels[0].name}: evidential_prvr/py.typed")
     if not any(name.endswith(".dist-info/licenses/LICENSE") for name in wheel_names):
         missing.append(f"{wheels[0].name}: *.dist-info/licenses/LICENSE")
+    if "reference_models/holmes/videos/static/index.html" not in wheel_names:
+        missing.append(f"{wheels[0].name}: reference_models/holmes/videos/static/index.html (the page of serve)")
     for name in ("LICENSE", "evidential_prvr/py.typed"):
         if name not in sdist_names:
             missing.append(f"{sdists[0].name}: {name}")

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -94,13 +95,10 @@ def extraction(args: argparse.Namespace, work: Path, model: str) -> tuple[Path, 
                   "ratio": extract_fps / encoder_fps, "frames": report.frames}
 
 
-def search(args: argparse.Namespace, work: Path, root: Path) -> dict[str, dict[str, float]]:
+def trained_search(work: Path, root: Path) -> Any:
+    """A :class:`GallerySearch` over ``root`` with a checkpoint trained one epoch there (``--config clip``)."""
     import subprocess
 
-    import torch.nn.functional as F
-
-    from evidential_prvr.search import ClipIndex
-    from reference_models.holmes.model import VideoEmbeddings
     from reference_models.holmes.videos.search import GallerySearch
 
     run = subprocess.run([sys.executable, "-m", "reference_models.holmes", "train", "--config", "clip", "--epochs", "1",
@@ -108,23 +106,39 @@ def search(args: argparse.Namespace, work: Path, root: Path) -> dict[str, dict[s
                           "cpu"], capture_output=True, text=True)
     if run.returncode:
         raise SystemExit(run.stderr[-2000:])
-    searcher = GallerySearch(work / "run" / "best.pt", root, device="cpu")
-    base = searcher.videos
-    base_ids, base_spans = list(searcher.video_ids), searcher.saved["clip_spans"]
+    return GallerySearch(work / "run" / "best.pt", root, device="cpu")
+
+
+def tile(searcher: Any, size: int, base: Any = None) -> None:
+    """Make ``searcher``'s gallery ``size`` videos by repeating its own (the cost of a search does not depend on
+    which videos the embeddings are); ``base``: ``(videos, ids, spans)`` of the original gallery."""
+    from reference_models.holmes.model import VideoEmbeddings
+
+    videos, ids, spans = base or (searcher.videos, list(searcher.video_ids), searcher.saved["clip_spans"])
+    reps = -(-size // len(ids))
+    searcher.videos = VideoEmbeddings(clip=videos.clip.repeat(reps, 1, 1)[:size],
+                                      frame=videos.frame.repeat(reps, 1, 1)[:size],
+                                      frame_mask=videos.frame_mask.repeat(reps, 1)[:size])
+    searcher.video_ids = [f"{v}~{i}" for i in range(reps) for v in ids][:size]
+    searcher.saved["clip_spans"] = spans.repeat(reps, 1, 1)[:size]
+
+
+def search(args: argparse.Namespace, work: Path, root: Path) -> dict[str, dict[str, float]]:
+    import torch.nn.functional as F
+
+    from evidential_prvr.search import ClipIndex
+
+    searcher = trained_search(work, root)
+    base = (searcher.videos, list(searcher.video_ids), searcher.saved["clip_spans"])
     queries = [f"a {c} {s} moves {m}" for c, s, m in
                zip(["red", "blue", "green", "pink"] * 16, ["square", "circle", "bar", "circle"] * 16,
                    ["left", "up", "down", "right"] * 16)][: args.batch]
     out: dict[str, dict[str, float]] = {}
     print(f"search (query text -> top-{args.k} with moments, opinion, decision; one query and {args.batch} at once; "
-          f"median of {args.repeats}; d = {base.clip.shape[-1]}, {base.clip.shape[1]} clips per video)")
+          f"median of {args.repeats}; d = {base[0].clip.shape[-1]}, {base[0].clip.shape[1]} clips per video)")
     print(f"  {'videos':>8}  {'index':<24} {'one query ms':>12} {'batched ms/query':>17} {'ratio one / exact':>18}")
     for size in args.gallery_sizes:
-        reps = -(-size // len(base_ids))
-        searcher.videos = VideoEmbeddings(clip=base.clip.repeat(reps, 1, 1)[:size],
-                                          frame=base.frame.repeat(reps, 1, 1)[:size],
-                                          frame_mask=base.frame_mask.repeat(reps, 1)[:size])
-        searcher.video_ids = [f"{v}~{i}" for i in range(reps) for v in base_ids][:size]
-        searcher.saved["clip_spans"] = base_spans.repeat(reps, 1, 1)[:size]
+        tile(searcher, size, base)
         exact_one = None
         for spec in ["exact", *args.faiss]:
             searcher.faiss = None if spec == "exact" else ClipIndex(F.normalize(searcher.videos.clip, dim=-1), spec)

@@ -56,9 +56,9 @@ def test_ci_runs_the_own_videos_tests_as_the_readme_installs_them():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     ci = CI_SCRIPT.read_text(encoding="utf-8")
     pair = "pip install torch==2.14.1 torchvision==0.29.1"
-    command = "python -m pytest -q tests/test_own_videos.py"
+    command = "python -m pytest -q tests/own_videos"
     assert pair in readme and command in readme and '".[test,reference,video]"' in readme
     install = ci.index("python -m pip install --quiet torch==2.14.1 torchvision==0.29.1")
     extra = ci.index('python -m pip install --quiet -e ".[test,reference,faiss,video]"')
-    run = re.search(r"^python -m pytest -q tests/test_own_videos\.py$", ci, re.M)
+    run = re.search(r"^python -m pytest -q tests/own_videos$", ci, re.M)
     assert run and install < extra < run.start()

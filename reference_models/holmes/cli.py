@@ -1,5 +1,5 @@
 """Command line of the Holmes reference model:
-``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose,extract,search}``.
+``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose,extract,search,serve}``.
 
 ``train``
     Train on a data root in the MS-SL/GMMFormer layout and write ``<output-dir>/results.json`` with the
@@ -25,6 +25,9 @@
 ``search``
     Answer free-text queries over an extracted gallery with a trained checkpoint: top videos, best moments,
     the query's opinion and type, and answer or rephrase at a risk (:mod:`reference_models.holmes.videos.search`).
+
+``serve``
+    The search as a local HTTP service with a page (:mod:`reference_models.holmes.videos.service`).
 
 Given a ``--data-root`` that ``extract`` wrote, ``--collection`` and ``--visual-feature`` default to the names
 it recorded there.
@@ -60,9 +63,11 @@ from reference_models.holmes.data.layout import CollectionPaths
 from reference_models.holmes.videos.commands import (
     add_extract_parser,
     add_search_parser,
+    add_serve_parser,
     resolve_data_root,
     run_extract,
     run_search,
+    run_serve,
 )
 
 __all__ = ["main", "build_parser", "run_comparison"]
@@ -141,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_diagnose_parser(sub, data_args, engine.device_arg)
     add_extract_parser(sub)
     add_search_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 
@@ -151,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it already
         return exc.code if isinstance(exc.code, int) else engine.EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
-               "diagnose": _diagnose, "extract": run_extract, "search": run_search}[args.command]
+               "diagnose": _diagnose, "extract": run_extract, "search": run_search, "serve": run_serve}[args.command]
     try:
         resolve_data_root(args)
     except engine.UserError as exc:

@@ -12,7 +12,8 @@ import torch
 
 from reference_models import engine
 
-__all__ = ["add_extract_parser", "add_search_parser", "run_extract", "run_search", "resolve_data_root"]
+__all__ = ["add_extract_parser", "add_search_parser", "add_serve_parser", "run_extract", "run_search", "run_serve",
+           "resolve_data_root"]
 
 _VIDEO_EXTRA = 'pip install "evidential-prvr[video]" (open_clip_torch and av; see the guide "Your own videos")'
 
@@ -85,6 +86,76 @@ def add_search_parser(sub: Any) -> argparse.ArgumentParser:
                    help="auto: a table on a terminal, JSON otherwise (default)")
     engine.add_device_arguments(p)
     return p
+
+
+def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``serve`` on the CLI's sub-parsers."""
+    p = sub.add_parser("serve", help="the search as an HTTP service with a page (POST /search, GET /health, GET /)")
+    p.add_argument("--checkpoint", type=Path, required=True, help="best.pt of train --data-root ROOT")
+    p.add_argument("--gallery", type=Path, required=True, help="the --out of extract")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: 127.0.0.1, this machine only; 0.0.0.0 opens it to the network)")
+    p.add_argument("--port", type=engine.int_at_least(0), default=8000, help="port (default: 8000; 0: a free one)")
+    p.add_argument("--index", choices=("exact", "faiss"), default="exact",
+                   help="exact: score every video; faiss: candidates from a FAISS index, re-ranked exactly")
+    p.add_argument("--rebuild-index", action="store_true", help="compute the saved gallery index again")
+    p.add_argument("--batch-window-ms", type=float, default=0.0,
+                   help="how long a query waits for others to be answered with it (default: 0, the queries already "
+                        "waiting are answered together; under load that was as fast as a 5 ms window)")
+    p.add_argument("--max-batch", type=engine.int_at_least(1), default=64, help="queries per batch (default: 64)")
+    p.add_argument("--stop-after", type=engine.int_at_least(1), metavar="N",
+                   help="stop after answering N requests (scripted trials); default: run until Ctrl-C")
+    p.add_argument("--device", type=engine.device_arg, default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="torch device (default: cuda when available, else cpu)")
+    engine.add_threads_argument(p)
+    return p
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """``serve``: until Ctrl-C (or ``--stop-after`` requests); exit 0."""
+    _require_video_extra()
+    try:
+        import flask  # noqa: F401
+    except ImportError:
+        raise engine.UserError(f"serve needs flask: {_VIDEO_EXTRA}") from None
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from reference_models.holmes.videos.search import GallerySearch
+    from reference_models.holmes.videos.service import QueryBatcher, create_app, gallery_thumbnails
+
+    if not (args.batch_window_ms >= 0 and args.batch_window_ms < 1e4):
+        raise engine.UserError(f"--batch-window-ms must be in [0, 10000), got {args.batch_window_ms}")
+    searcher = GallerySearch(args.checkpoint, args.gallery, device=args.device, index=args.index,
+                             rebuild=args.rebuild_index)
+    batcher = QueryBatcher(searcher, window_s=args.batch_window_ms / 1e3, max_batch=args.max_batch)
+    app = create_app(batcher, gallery_thumbnails(searcher))
+    try:
+        server = make_server(args.host, args.port, app, threaded=True)
+    except OSError as exc:
+        batcher.close()
+        raise engine.UserError(f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})") from None
+    if args.stop_after:
+        served = {"n": 0}
+
+        @app.after_request
+        def count(response: Any) -> Any:
+            served["n"] += 1
+            if served["n"] >= args.stop_after:
+                threading.Thread(target=server.shutdown, daemon=True).start()
+            return response
+
+    print(f"serving {searcher.num_videos} videos on http://{args.host}:{server.server_port}/ (Ctrl-C stops)",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        batcher.close()
+    return 0
 
 
 def run_extract(args: argparse.Namespace) -> int:

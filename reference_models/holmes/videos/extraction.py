@@ -6,7 +6,7 @@ Written under ``--out`` (nothing outside it)::
     ROOT/extraction.json                       collection, feature name, encoder, sampling (read by the other commands)
     ROOT/extraction_report.json                every problem met, and what was extracted or skipped
     ROOT/<collection>/FeatureData/<feature>/feature.hdf5      one [n_frames, D] dataset per video
-    ROOT/<collection>/FeatureData/<feature>/frame_times.json  each sampled frame's time in seconds
+    ROOT/<collection>/FeatureData/<feature>/frame_times.json  each sampled frame's time in seconds, the file
     ROOT/<collection>/TextData/roberta_<collection>_query_feat.hdf5   [L, D] token features per caption id
     ROOT/<collection>/TextData/<collection>{train,val,test}.caption.txt
     ROOT/.extract/frames/<video>.npz           one file per finished video (what a rerun skips)
@@ -110,6 +110,7 @@ def _scan_videos(folder: Path, report: ExtractionReport) -> dict[str, Path]:
 
 def _settings_record(settings: ExtractionSettings, spec: EncoderSpec) -> dict[str, Any]:
     return {"collection": settings.collection, "visual_feature": settings.feature_name, "encoder": spec.to_dict(),
+            "videos_folder": str(Path(settings.videos).resolve()),
             "sampling": {"fps": settings.fps, "max_frames": settings.max_frames}, "split_seed": settings.seed,
             "layout": "MS-SL (FeatureData/<feature>/feature.hdf5, TextData/roberta_<collection>_query_feat.hdf5)"}
 
@@ -246,8 +247,8 @@ def run_extraction(settings: ExtractionSettings, *, show_progress: bool = True) 
     shard_data = {vid: _read_shard(shards / f"{vid}.npz") for vid in written}
     _write_hdf5(paths.feature_hdf5, {vid: d["features"] for vid, d in shard_data.items()})
     engine.write_json(paths.feature_dir / "frame_times.json",
-                      {vid: {"times": d["times"].tolist(), "rate": float(d["rate"]),
-                             "duration": float(d["duration"])} for vid, d in shard_data.items()})
+                      {vid: {"times": d["times"].tolist(), "rate": float(d["rate"]), "duration": float(d["duration"]),
+                             "file": files[vid].name} for vid, d in shard_data.items()})
     usable = [c for c in captions if c.video_id in shard_data]
     # captions of a video that failed: listed with it, without a line of their own (the video had its line)
     report.dropped_captions = [c.caption_id for c in captions if c.video_id not in shard_data]

@@ -1,0 +1,225 @@
+"""Own videos, the service: every bad input gets a 4xx and one line and the next good query is answered; queries
+batched across concurrent requests answer as one by one; a bounded load; the serve command stops by itself;
+the page in headless Chromium shows the expected video first and the rephrase notice."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+av = pytest.importorskip("av", reason="the video extra (av) is not installed")
+open_clip = pytest.importorskip("open_clip", reason="the video extra (open_clip_torch) is not installed")
+flask = pytest.importorskip("flask", reason="the video extra (flask) is not installed")
+
+from werkzeug.serving import make_server  # noqa: E402
+
+from reference_models.holmes.videos.generated import GENERIC_CAPTIONS  # noqa: E402
+from reference_models.holmes.videos.search import GallerySearch  # noqa: E402
+from reference_models.holmes.videos.service import QueryBatcher, create_app, gallery_thumbnails  # noqa: E402
+from tests.own_videos.helpers import cli_env, held_out_captions  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def searcher(trained: dict[str, Path]) -> GallerySearch:
+    return GallerySearch(trained["run"] / "best.pt", trained["root"])
+
+
+@pytest.fixture(scope="module")
+def service(searcher: GallerySearch) -> Iterator[dict[str, Any]]:
+    """The app on a free loopback port in a thread, stopped after the module's tests."""
+    batcher = QueryBatcher(searcher, window_s=0.005)
+    app = create_app(batcher, gallery_thumbnails(searcher))
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield {"port": server.server_port, "batcher": batcher, "searcher": searcher}
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        batcher.close()
+
+
+def _request(port: int, method: str, path: str, body: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, bytes, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read(), response.getheader("Content-Type", "")
+    finally:
+        conn.close()
+
+
+def _search(port: int, payload: Any) -> tuple[int, Any]:
+    status, data, _ = _request(port, "POST", "/search", json.dumps(payload).encode(),
+                               {"Content-Type": "application/json"})
+    return status, json.loads(data)
+
+
+def test_every_bad_input_gets_a_4xx_with_one_line_and_the_service_keeps_answering(service: dict[str, Any]) -> None:
+    port, videos = service["port"], service["searcher"].num_videos
+    bad_searches = [
+        ({"query": ""}, "query must be a non-empty string"),
+        ({"query": "   \t "}, "query must be a non-empty string"),
+        ({"query": "a" * 10_000}, "query is 10000 characters long; at most 1000"),
+        ({"query": "a red circle", "k": 0}, "k must be an integer in [1, 120]"),
+        ({"query": "a red circle", "k": videos + 1}, "k must be an integer in [1, 120]"),
+        ({"query": "a red circle", "k": "5"}, "k must be an integer"),
+        ({"query": "a red circle", "risk": 0}, "risk must be a number in (0, 1)"),
+        ({"query": "a red circle", "risk": 1.5}, "risk must be a number in (0, 1)"),
+        ({"query": "a red circle", "top": 3}, "unknown field(s) 'top'"),
+        (["a red circle"], "the body must be a JSON object"),
+    ]
+    for payload, message in bad_searches:
+        status, body = _search(port, payload)
+        assert status == 400, (payload, status, body)
+        assert message in body["error"] and "\n" not in body["error"], (payload, body)
+    status, data, _ = _request(port, "POST", "/search", b'{"query": "a red', {"Content-Type": "application/json"})
+    assert status == 400 and "the body must be JSON" in json.loads(data)["error"]
+    for path, expected in [("/videos/no-such-video/thumbnail", 404), ("/videos/..%2F..%2Fetc%2Fpasswd/thumbnail", 404),
+                           ("/videos/../../etc/passwd/thumbnail", 404), ("/videos/video0000/thumbnail?t=99", 400),
+                           ("/videos/video0000/thumbnail?t=nan", 400), ("/videos/video0000/thumbnail?t=x", 400),
+                           ("/static/..%2Fservice.py", 404), ("/static/service.py", 404), ("/nothing", 404)]:
+        status, data, kind = _request(port, "GET", path)
+        assert status == expected, (path, status, data[:200])
+        assert kind.startswith("application/json") and "error" in json.loads(data), (path, data[:200])
+    status, data, _ = _request(port, "GET", "/search")
+    assert status == 405
+    # and it still answers
+    status, body = _search(port, {"query": "a blue square moves up", "k": 3, "risk": 0.5})
+    assert status == 200 and len(body["answers"][0]["results"]) == 3
+    status, data, kind = _request(port, "GET", "/health")
+    assert status == 200 and json.loads(data)["status"] == "ok"
+
+
+def test_thumbnails_and_page_are_served_from_the_gallery_and_the_package(service: dict[str, Any]) -> None:
+    port = service["port"]
+    status, data, kind = _request(port, "GET", "/videos/video0003/thumbnail?t=1.5")
+    assert status == 200 and kind == "image/jpeg" and data[:2] == b"\xff\xd8"
+    status, page, kind = _request(port, "GET", "/")
+    assert status == 200 and kind.startswith("text/html")
+    html = page.decode()
+    assert "http://" not in html and "https://" not in html  # no external resource
+    for name in ("page.js", "page.css"):
+        status, _, kind = _request(port, "GET", f"/static/{name}")
+        assert status == 200, name
+
+
+def test_concurrent_queries_are_batched_and_answered_as_one_by_one(service: dict[str, Any]) -> None:
+    port, searcher, batcher = service["port"], service["searcher"], service["batcher"]
+    queries = [s for _, s in held_out_captions(searcher.root)[:24]]
+    alone = {q: [h.video for h in searcher.search([q], k=5, risk=0.3)[0].results] for q in queries}
+    before = (batcher.batches, batcher.answered)
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        replies = list(pool.map(lambda q: _search(port, {"query": q, "k": 5, "risk": 0.3}), queries * 4))
+    assert all(status == 200 for status, _ in replies)
+    for q, (_, body) in zip(queries * 4, replies):
+        assert [h["video"] for h in body["answers"][0]["results"]] == alone[q]
+    batches, answered = batcher.batches - before[0], batcher.answered - before[1]
+    assert answered == 96 and batches < answered  # some requests shared a batch
+
+
+def test_a_bounded_load_has_no_error(service: dict[str, Any]) -> None:
+    port = service["port"]
+    queries = [s for _, s in held_out_captions(service["searcher"].root)]
+    statuses = []
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for status, _ in pool.map(lambda i: _search(port, {"query": queries[i % len(queries)], "k": 5}), range(200)):
+            statuses.append(status)
+    assert statuses == [200] * 200
+
+
+def test_the_serve_command_binds_loopback_and_stops_after_n_requests(trained: dict[str, Path]) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "reference_models.holmes", "serve", "--checkpoint",
+                             str(trained["run"] / "best.pt"), "--gallery", str(trained["root"]), "--port", "0",
+                             "--stop-after", "2", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "on http://127.0.0.1:" in line, line + (proc.stderr.read() if proc.stderr else "")
+        port = int(line.rsplit(":", 1)[1].split("/")[0])
+        assert _request(port, "GET", "/health")[0] == 200
+        assert _search(port, {"query": "a red circle moves left"})[0] == 200
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# --- the page in a real browser -----------------------------------------------------------------------
+def _chromium() -> Any:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not binary or not driver_path:
+        pytest.skip("Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,1100",
+                 "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.binary_location = binary
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    return driver
+
+
+def test_the_page_in_chromium_ranks_the_expected_video_first_and_asks_to_rephrase_a_generic_query(
+        service: dict[str, Any], tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    searcher = service["searcher"]
+    captions = held_out_captions(searcher.root)
+    # a held-out caption that the model ranks right (what the page must then show first)
+    specific = next(((cid.split("#")[0], s) for cid, s in captions if s not in GENERIC_CAPTIONS
+                     and searcher.search([s], k=5, risk=0.5)[0].results[0].video == cid.split("#")[0]), None)
+    assert specific is not None, "no held-out caption ranked right: the end-to-end test reports the model's recall"
+    generic = next(s for _, s in captions if s in GENERIC_CAPTIONS)
+    driver = _chromium()
+    try:
+        driver.get(f"http://127.0.0.1:{service['port']}/")
+        box = driver.find_element(By.ID, "query")
+        assert driver.switch_to.active_element == box  # the query box has the focus: type at once
+        risk = driver.find_element(By.ID, "risk")
+        risk.clear()
+        risk.send_keys("0.5")  # a risk that the validation captions can meet (the end-to-end test's)
+
+        def ask(text: str) -> None:
+            driver.execute_script("document.body.dataset.state = ''")
+            box.clear()
+            box.send_keys(text, Keys.ENTER)  # the keyboard alone
+            WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
+
+        ask(generic)
+        verdict = driver.find_element(By.ID, "verdict").text
+        assert verdict.startswith("Rephrase:") and "underdetermined" in verdict, verdict
+        ask(specific[1])
+        items = driver.find_elements(By.CSS_SELECTOR, "#results li")
+        assert len(items) == 5
+        assert items[0].get_attribute("data-video") == specific[0]
+        assert "moment" in items[0].text and " s" in items[0].text and "score" in items[0].text
+        WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+            "return [...document.querySelectorAll('#results img')].every(i => i.complete && i.naturalWidth > 0)"))
+        assert driver.find_element(By.ID, "verdict").text.split(":")[0] in ("Answer", "Rephrase")
+        shot = Path(os.environ.get("OWN_VIDEOS_SCREENSHOT", tmp_path / "page.png"))
+        driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+    finally:
+        driver.quit()
