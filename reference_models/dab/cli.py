@@ -1,4 +1,4 @@
-"""``python -m reference_models.dab demo|train|evaluate|validate``: the text-to-video reference model's command line.
+"""``python -m reference_models.dab demo|train|evaluate|validate|oracle``: the text-to-video reference model's command line.
 
 * ``demo --seed S --output-dir D`` -- write the embedded benchmark to ``D/data``, train the base and DAB (and,
   with ``--ablations``, DAB's ablation rows), evaluate each on the 1k-A-style and the all-captions test, print
@@ -6,6 +6,8 @@
 * ``train --data-root R --output-dir D`` -- train one variant on a data root and evaluate it.
 * ``evaluate --checkpoint D/best.pt --data-root R`` -- evaluate a trained model on a split.
 * ``validate --data-root R`` -- check a data root and print the split sizes; writes nothing.
+* ``oracle --benchmark B --seeds 0,1`` -- print the oracle ceilings of the named benchmark's instances
+  (:func:`~reference_models.dab.benchmark.oracle_ceilings`); writes nothing.
 
 Bad input (a file, a video id, a flag) is one ``error: ...`` line naming it, exit status 2, nothing written.
 """
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from reference_models.dab.benchmark import BENCHMARKS, format_oracle_ceilings, oracle_ceilings
 from reference_models.dab.config import (
     BRIDGE_CONDITIONS,
     COSTS,
@@ -91,7 +94,27 @@ def build_parser() -> OneLineParser:
 
     validate = commands.add_parser("validate", help="check a data root; writes nothing")
     validate.add_argument("--data-root", type=Path, required=True, help="folder in the MSR-VTT layout")
+
+    oracle = commands.add_parser("oracle", help="print the oracle ceilings of a named benchmark's instances")
+    oracle.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="embedded", help="the named benchmark")
+    oracle.add_argument("--seeds", type=_seed_list, default=[0], help="data seeds, e.g. 0,1 (default 0)")
     return parser
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 0,1, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers >= 0 such as 0,1, got {text!r}")
+    return values
+
+
+def _oracle(args: argparse.Namespace) -> int:
+    for seed in args.seeds:
+        print(format_oracle_ceilings(oracle_ceilings(seed, BENCHMARKS[args.benchmark])))
+    return 0
 
 
 def _load(root: Path, splits: tuple[str, ...], max_frames: int) -> dict[str, T2VSplit]:
@@ -252,5 +275,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate}[args.command]
+    handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate,
+               "oracle": _oracle}[args.command]
     return run_main(handler, args, program=argv is None)

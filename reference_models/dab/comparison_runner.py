@@ -35,7 +35,7 @@ from typing import Any, cast
 import torch
 
 from evidential_prvr.functional import kl_margin
-from reference_models.dab.benchmark import T2VBenchmarkSpec, benchmark_spec, generate_t2v_benchmark
+from reference_models.dab.benchmark import T2VBenchmarkSpec, benchmark_spec, generate_t2v_benchmark, oracle_ceilings
 from reference_models.dab.config import ABLATIONS, T2VConfig, ablation_config, preset
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split
 from reference_models.dab.diagnostics import benchmark_labels, model_diagnostics
@@ -95,7 +95,10 @@ class DABComparison:
         return settings
 
     def prepare_data(self, folder: Path, data_seed: int) -> None:
+        """Write instance ``data_seed`` and its oracle ceilings (:func:`~reference_models.dab.benchmark.oracle_ceilings`,
+        ``ceilings.json``, which the report prints beside the models)."""
         generate_t2v_benchmark(folder, seed=data_seed, spec=self.benchmark)
+        write_json(folder / grid.CEILINGS_NAME, oracle_ceilings(data_seed, self.benchmark))
 
     def train_and_rank(self, variant: str, data: Path, out: Path, *, seed: int, device: str, resume: bool,
                        show_progress: bool) -> dict[str, QueryRanks]:

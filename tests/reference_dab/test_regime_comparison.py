@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from reference_models.compare import build_results
-from reference_models.dab.benchmark import BENCHMARKS
+from reference_models.dab.benchmark import BENCHMARKS, oracle_ceilings
 from reference_models.dab.cli import load_trained
 from reference_models.dab.comparison_runner import DIAGNOSTICS_NAME, MULTI_POSITIVE_SET, DABComparison
 from reference_models.dab.config import preset
@@ -76,3 +76,15 @@ def test_generic_multi_set_and_diagnostics_of_a_comparison_run(tmp_path: Path) -
     assert any(key.startswith("video_sigma2_by_events.") for key in mean)
     report = grid.format_report(results)
     assert "diagnostics of dab" in report and "sigma2.video" in report and MULTI_POSITIVE_SET in report
+    # the oracle ceilings: written with the instance, carried by the results when the folder is given, printed
+    assert "ceilings" not in results and "oracle" not in report
+    saved = json.loads((data / grid.CEILINGS_NAME).read_text())
+    assert saved == json.loads(json.dumps(oracle_ceilings(0, TINY_REGIME)))
+    results = build_results(grid.read_runs(tmp_path), grid.read_plan(tmp_path), n_boot=100, out=tmp_path)
+    assert results["ceilings"]["data_seeds"] == [0]
+    assert results["ceilings"]["mean"]["test"]["bayes"]["specific"] == saved["sets"]["test"]["bayes"]["specific"]
+    report = grid.format_report(results)
+    assert "beside the oracle ceilings" in report and "oracle bayes / oracle deterministic" in report
+    bayes = saved["sets"]["test_all"]["bayes"]["all"]["R@1"]
+    assert f"{bayes:.2f}" in report
+    assert all(f"oracle, data seed 0: {line}" in report for line in saved["statements"])
