@@ -10,9 +10,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from evidential_prvr.choices import LOGVAR_WEIGHT_INITS
 from reference_models.engine import check_choice, fingerprint_differences
 
-__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
+__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "LOGVAR_WEIGHTS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
            "ABLATIONS", "DEMO_ABLATIONS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
            "T2VConfig", "preset", "ablation_config"]
 
@@ -29,6 +30,12 @@ RANKINGS = ("cost", "mean_distance")
 #: zero bias (``identity``, so the Gaussian mean starts as the layer-normalised embedding itself, as the identity
 #: encoders start the base at the features' cosine; needs ``head.gaussian_dim = backbone.hidden``).
 MEAN_INITS = ("random", "identity")
+#: The start of the weights of DAB's two log-variance layers (the Gaussian head's and the token uncertainty head's;
+#: the library's :data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`): ``zero`` (the identity start, the default:
+#: every text and video starts at the bias's variance, so with the identity mean start DAB's cost starts as a
+#: scaled squared distance of the layer-normalised embeddings), ``small`` (PyTorch's draw times 1e-3) or ``pytorch``
+#: (PyTorch's default draw, the start of every DAB run before issue 45: a random per-dimension metric per query).
+LOGVAR_WEIGHTS = LOGVAR_WEIGHT_INITS
 #: What DAB's bridge sees, the text Gaussian alone (``text``, one chain per text, shared by every video) or the
 #: text and its target video Gaussian (``video``, one chain per text-video pair, with the contraction bound).
 BRIDGE_CONDITIONS = ("text", "video")
@@ -100,6 +107,8 @@ class HeadSettings:
         See :data:`RANKINGS` (Gaussian variants).
     mean_init : {"random", "identity"}
         See :data:`MEAN_INITS` (Gaussian variants).
+    logvar_weights : {"zero", "small", "pytorch"}
+        See :data:`LOGVAR_WEIGHTS` (Gaussian variants).
     """
 
     variant: str = "dab"
@@ -109,6 +118,7 @@ class HeadSettings:
     logit_scale: float = 20.0
     ranking: str = "cost"
     mean_init: str = "random"
+    logvar_weights: str = "zero"
 
     @property
     def gaussian(self) -> bool:
@@ -205,6 +215,7 @@ class T2VConfig:
         check_choice(self.bridge.condition, "bridge.condition", BRIDGE_CONDITIONS)
         check_choice(self.bridge.distill, "bridge.distill", DISTILL_MODES)
         check_choice(self.head.mean_init, "head.mean_init", MEAN_INITS)
+        check_choice(self.head.logvar_weights, "head.logvar_weights", LOGVAR_WEIGHTS)
         if self.bridge.distill == "one-step" and (self.head.variant != "dab" or self.bridge.condition != "text"):
             raise ValueError(f'bridge.distill = "one-step" distils the text-only bridge of head.variant = "dab", got '
                              f"head.variant {self.head.variant!r} with bridge.condition {self.bridge.condition!r}")
@@ -317,7 +328,8 @@ def preset(name: str) -> T2VConfig:
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
 #: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions, a random mean layer and PAC
-#: temperature 4 (the ``msrvtt-regime`` preset before it moved to the backbone's width). ``demo --ablations`` trains
+#: temperature 4 (the ``msrvtt-regime`` preset before it moved to the backbone's width). ``dab-logvar-pytorch`` is
+#: DAB with PyTorch's random log-variance weights (its start before issue 45, :data:`LOGVAR_WEIGHTS`). ``demo --ablations`` trains
 #: :data:`DEMO_ABLATIONS`; the comparison tool offers every one as a method (``--methods``), where
 #: ``dab-meandist`` and ``dab-onestep`` train nothing of
 #: their own: the first ranks the ``dab`` run's checkpoint, the second distils that checkpoint's bridge into one
@@ -337,6 +349,7 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-meanrandom": {"head": {"mean_init": "random"}},
     "dab-tau16": {"head": {"tau": 16.0}},
     "dab-tau64": {"head": {"tau": 64.0}},
+    "dab-logvar-pytorch": {"head": {"logvar_weights": "pytorch"}},
 }
 #: The rows ``python -m reference_models.dab demo --ablations`` trains besides the base and DAB.
 DEMO_ABLATIONS = ("prob", "bridge-hidden", "dab-w2", "dab-T8", "dab-T64")

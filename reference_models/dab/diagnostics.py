@@ -28,6 +28,14 @@ For the queries of a split (normally the all-captions test) and its videos, :fun
   cost against its rank by the mean part alone, as the share of queries whose rank ``changed``, the
   ``mean_abs_change`` of the rank, the shares it ``helped`` (moved up) and ``hurt``, and R@1 both ways
   (``top1_full``, ``top1_mean_part``, as fractions), also ``by_kind.<kind>`` of caption;
+* ``variance_free``: the cost split instead into a **variance-free mean term**, the cost of the means alone with
+  unit variances on both sides (:func:`variance_free_split`: KL :math:`\\tfrac12\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`,
+  :math:`W_2^2` :math:`\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`), and the rest (everything the variances do, the
+  division of the mean distance by :math:`\\hat\\sigma^2_t` included; either sign): ``mean_term_share`` (the mean
+  term's share of the summed cost over every pair) and ``moves``, the own video's rank by the whole cost against
+  its rank by the mean term alone, as in ``variance_moves`` (also ``by_kind.<kind>``). Unlike the mean part above,
+  which divides by the text variance, this term leaves the variances out entirely, so "decided by the means" read
+  off it does rule the variances out;
 * ``scale``: the mean norm of the (bridged) text means and of the video means (unnormalised, against the unit
   vectors of the cosine) and ``cost_sd_per_query``, the mean over queries of the s.d. of the cost over the videos
   (divided by the PAC temperature it is the spread of the PAC logits, to set against the base's scaled cosine).
@@ -51,7 +59,8 @@ from evidential_prvr.probabilistic import ConditionedDistributionBridge, Diagona
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel
 
-__all__ = ["benchmark_labels", "cost_parts", "format_diagnostics", "gaussian_diagnostics", "model_diagnostics"]
+__all__ = ["benchmark_labels", "cost_parts", "format_diagnostics", "gaussian_diagnostics", "model_diagnostics",
+           "variance_free_split"]
 
 
 def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor, text_logvar: torch.Tensor,
@@ -61,6 +70,40 @@ def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torc
     v_mu, v_lv = (video_mu[None], video_logvar[None]) if video_mu.dim() == 2 else (video_mu, video_logvar)
     mean, variance = _parts(v_mu, v_lv, text_mu[:, None, :], text_logvar[:, None, :], cost)
     return mean.expand(text_mu.shape[0], -1), variance.expand(text_mu.shape[0], -1)
+
+
+def variance_free_split(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor,
+                        text_logvar: torch.Tensor, cost: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
+    """The cost of every text against every video split into its variance-free mean term and the rest.
+
+    The mean term is the library's paired cost of the two means with unit variances on both sides (KL:
+    :math:`\\tfrac12\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`, :math:`W_2^2`: :math:`\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`; DAB,
+    Key Design 3's cost :math:`D_{\\mathrm{KL}}(Q_v \\| \\hat P_t)` with the variances set to one), so it depends on
+    the distances of the means alone; the rest is the cost minus it (the variance part and the variance-weighting of
+    the mean distance), of either sign.
+
+    Parameters
+    ----------
+    video_mu, video_logvar : torch.Tensor
+        ``[V, D]`` video Gaussians, or ``[q, V, D]`` when each text has its own.
+    text_mu, text_logvar : torch.Tensor
+        ``[q, D]`` (bridged) text Gaussians.
+    cost : {"kl", "w2"}
+        The cost.
+
+    Returns
+    -------
+    mean_term, rest : torch.Tensor
+        Each ``[q, V]``; their sum is the cost.
+    """
+    mean, variance = cost_parts(video_mu, video_logvar, text_mu, text_logvar, cost)
+    v_mu = video_mu[None] if video_mu.dim() == 2 else video_mu
+    t_mu = text_mu[:, None, :]
+    shape = torch.broadcast_shapes(v_mu.shape, t_mu.shape)
+    unit = torch.zeros(shape, dtype=v_mu.dtype, device=v_mu.device)
+    paired = paired_gaussian_kl if cost == "kl" else paired_wasserstein2
+    term = paired(v_mu.expand(shape), unit, t_mu.expand(shape), unit)
+    return term, mean + variance - term
 
 
 def _parts(v_mu: torch.Tensor, v_lv: torch.Tensor, t_mu: torch.Tensor, t_lv: torch.Tensor,
@@ -137,28 +180,35 @@ def gaussian_diagnostics(text: DiagonalGaussian, bridged: DiagonalGaussian, vide
         "cosine_to_own": float(cosine.mean()) if moved.any() else 0.0,
         "own_cost_before": float(own_before.mean()), "own_cost_after": float(own_after.mean()),
     }
-    mean_total = variance_total = 0.0
+    mean_total = variance_total = free_total = 0.0
     v_mu, v_lv, bl = video.mu.double(), video.logvar.double(), bridged.logvar.double()
-    full_ranks, mean_ranks, spread = [], [], []
+    full_ranks, mean_ranks, free_ranks, spread = [], [], [], []
     for start in range(0, t_mu.shape[0], chunk):
         mean, variance = cost_parts(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
+        free, _rest = variance_free_split(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
         mean_total += float(mean.sum())
         variance_total += float(variance.sum())
+        free_total += float(free.sum())
         own_rows = query_video[start:start + chunk]
         full_ranks.append(ranks_of_ground_truth(-(mean + variance), own_rows))
         mean_ranks.append(ranks_of_ground_truth(-mean, own_rows))
+        free_ranks.append(ranks_of_ground_truth(-free, own_rows))
         spread.append((mean + variance).std(dim=-1))
     own_mean, own_variance = float(own_parts[0].sum()), float(own_parts[1].sum())
     result["variance_share"] = {
         "all_pairs": variance_total / (mean_total + variance_total) if mean_total + variance_total > 0 else 0.0,
         "own_pairs": own_variance / (own_mean + own_variance) if own_mean + own_variance > 0 else 0.0,
     }
-    full, by_mean = torch.cat(full_ranks), torch.cat(mean_ranks)
+    full, by_mean, by_free = torch.cat(full_ranks), torch.cat(mean_ranks), torch.cat(free_ranks)
+    total = mean_total + variance_total
     result["variance_moves"] = _moves(full, by_mean)
+    result["variance_free"] = {"mean_term_share": free_total / total if total > 0 else 0.0,
+                               "moves": _moves(full, by_free)}
     if query_kinds is not None:
         for kind in sorted(set(query_kinds)):
             rows = torch.tensor([k == kind for k in query_kinds])
             result["variance_moves"][f"by_kind.{kind}"] = _moves(full[rows], by_mean[rows])
+            result["variance_free"]["moves"][f"by_kind.{kind}"] = _moves(full[rows], by_free[rows])
     result["scale"] = {"text_mean_norm": float(b_mu.norm(dim=-1).mean()),
                        "video_mean_norm": float(v_mu.norm(dim=-1).mean()),
                        "cost_sd_per_query": float(torch.cat(spread).mean())}
@@ -226,7 +276,7 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
         result["videos"] = split.num_videos
     if gallery.video is None or model.plan.bridge == "video":
         result["variance_share"].pop("all_pairs")  # per-pair Gaussians: only the own pairs are computed
-        del result["variance_moves"], result["scale"]["cost_sd_per_query"]  # these need every pair too
+        del result["variance_moves"], result["variance_free"], result["scale"]["cost_sd_per_query"]  # every pair too
     return result
 
 
@@ -266,4 +316,10 @@ def format_diagnostics(diagnostics: dict[str, Any]) -> str:
     share = diagnostics["variance_share"]
     lines.append("variance share of the cost: " + ", ".join(f"{k.replace('_', ' ')} {100 * v:.1f} %"
                                                              for k, v in share.items()))
+    free = diagnostics.get("variance_free")
+    if free is not None:
+        moves = free["moves"]
+        lines.append(f"variance-free mean term: {100 * free['mean_term_share']:.1f} % of the cost; ranking by it alone "
+                     f"changes {100 * moves['changed']:.1f} % of the own ranks (R@1 {100 * moves['top1_full']:.1f} "
+                     f"with the whole cost, {100 * moves['top1_mean_part']:.1f} by the mean term)")
     return "\n".join(lines)

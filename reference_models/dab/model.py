@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evidential_prvr.choices import LogVarWeightInit
 from evidential_prvr.functional import (
     combine_video_log_variances,
     paired_gaussian_kl,
@@ -248,8 +249,9 @@ class T2VModel(nn.Module):
         point_dim = s.point_dim if narrow else b.hidden  # the width the cosine variants pool and bridge at
         self.xpool = XPoolAttention(point_dim, b.heads) if b.pooling == "xpool" else None
         if h.gaussian:
-            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim)
-            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim)
+            start = cast(LogVarWeightInit, h.logvar_weights)  # checked by the config
+            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim, logvar_weight_init=start)
+            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim, logvar_weight_init=start)
             if h.mean_init == "identity":  # the Gaussian mean starts as the (layer-normalised) embedding itself
                 nn.init.eye_(self.gaussian_head.mean.weight)
                 nn.init.zeros_(self.gaussian_head.mean.bias)
