@@ -13,9 +13,9 @@ from typing import Any
 from evidential_prvr.choices import LOGVAR_WEIGHT_INITS
 from reference_models.engine import check_choice, fingerprint_differences
 
-__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "LOGVAR_WEIGHTS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
+__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "LOGVAR_WEIGHTS", "TAU_RULES", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
            "ABLATIONS", "DEMO_ABLATIONS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
-           "T2VConfig", "preset", "ablation_config"]
+           "T2VConfig", "preset", "ablation_config", "matched_tau"]
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
 #: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
@@ -36,6 +36,11 @@ MEAN_INITS = ("random", "identity")
 #: scaled squared distance of the layer-normalised embeddings), ``small`` (PyTorch's draw times 1e-3) or ``pytorch``
 #: (PyTorch's default draw, the start of every DAB run before issue 45: a random per-dimension metric per query).
 LOGVAR_WEIGHTS = LOGVAR_WEIGHT_INITS
+#: How DAB's PAC temperature is set (``head.tau_rule``): ``fixed`` (``head.tau`` as given), ``matched`` (fixed at
+#: :func:`matched_tau`, so that DAB's starting inverse temperature on the centred cosine is the base's starting logit
+#: scale) or ``learned`` (a parameter that starts at :func:`matched_tau` and trains like the base's logit scale, its
+#: inverse temperature capped at the base's cap, :data:`~reference_models.dab.model.MAX_LOGIT_SCALE`).
+TAU_RULES = ("fixed", "matched", "learned")
 #: What DAB's bridge sees, the text Gaussian alone (``text``, one chain per text, shared by every video) or the
 #: text and its target video Gaussian (``video``, one chain per text-video pair, with the contraction bound).
 BRIDGE_CONDITIONS = ("text", "video")
@@ -109,6 +114,8 @@ class HeadSettings:
         See :data:`MEAN_INITS` (Gaussian variants).
     logvar_weights : {"zero", "small", "pytorch"}
         See :data:`LOGVAR_WEIGHTS` (Gaussian variants).
+    tau_rule : {"fixed", "matched", "learned"}
+        See :data:`TAU_RULES` (Gaussian variants; ``tau`` is read with ``fixed`` only).
     """
 
     variant: str = "dab"
@@ -119,6 +126,7 @@ class HeadSettings:
     ranking: str = "cost"
     mean_init: str = "random"
     logvar_weights: str = "zero"
+    tau_rule: str = "fixed"
 
     @property
     def gaussian(self) -> bool:
@@ -216,6 +224,7 @@ class T2VConfig:
         check_choice(self.bridge.distill, "bridge.distill", DISTILL_MODES)
         check_choice(self.head.mean_init, "head.mean_init", MEAN_INITS)
         check_choice(self.head.logvar_weights, "head.logvar_weights", LOGVAR_WEIGHTS)
+        check_choice(self.head.tau_rule, "head.tau_rule", TAU_RULES)
         if self.bridge.distill == "one-step" and (self.head.variant != "dab" or self.bridge.condition != "text"):
             raise ValueError(f'bridge.distill = "one-step" distils the text-only bridge of head.variant = "dab", got '
                              f"head.variant {self.head.variant!r} with bridge.condition {self.bridge.condition!r}")
@@ -350,9 +359,40 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-tau16": {"head": {"tau": 16.0}},
     "dab-tau64": {"head": {"tau": 64.0}},
     "dab-logvar-pytorch": {"head": {"logvar_weights": "pytorch"}},
+    "dab-tau-fixed": {"head": {"tau_rule": "fixed"}},
+    "dab-tau-matched": {"head": {"tau_rule": "matched"}},
+    "dab-tau-learned": {"head": {"tau_rule": "learned"}},
 }
 #: The rows ``python -m reference_models.dab demo --ablations`` trains besides the base and DAB.
 DEMO_ABLATIONS = ("prob", "bridge-hidden", "dab-w2", "dab-T8", "dab-T64")
+
+
+def matched_tau(head: HeadSettings) -> float:
+    """The PAC temperature at which DAB starts with the base's inverse temperature (``head.tau_rule = "matched"``).
+
+    At the identity start (identity mean layer, zero log-variance weights, identity bridge) every Gaussian has the
+    log-variance bias :math:`b` (DAB, Key Design 1: -2), so the KL cost of Key Design 3 is
+    :math:`C = \\tfrac12 e^{-b} \\lVert \\mu_v - \\hat\\mu_t \\rVert^2` and, the means being layer-normalised
+    embeddings of squared norm :math:`D`, :math:`C = D e^{-b} (1 - \\rho)` with :math:`\\rho` their centred cosine.
+    The PAC logits :math:`-C/\\tau` (Key Design 3) then have the inverse temperature :math:`D e^{-b} / \\tau` on
+    :math:`\\rho`, against the base's ``logit_scale`` on its cosine; equal when :math:`\\tau = D e^{-b} /`
+    ``logit_scale`` (94.6 at :math:`D = 256`, :math:`b = -2`, scale 20; the fixed 4 was an inverse temperature of
+    473).
+
+    Parameters
+    ----------
+    head : HeadSettings
+        The head (its ``gaussian_dim`` and ``logit_scale``; :math:`b` is the library's
+        :func:`~evidential_prvr.presets.dab_settings` ``logvar_init``, which the model's heads use).
+
+    Returns
+    -------
+    float
+        :math:`\\tau`.
+    """
+    from evidential_prvr.presets import dab_settings
+
+    return head.gaussian_dim * math.exp(-dab_settings("paper").logvar_init) / head.logit_scale
 
 
 def ablation_config(config: T2VConfig, name: str) -> T2VConfig:

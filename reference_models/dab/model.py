@@ -55,7 +55,7 @@ from evidential_prvr.probabilistic import (
     KLSources,
     TokenUncertaintyHead,
 )
-from reference_models.dab.config import T2VConfig
+from reference_models.dab.config import T2VConfig, matched_tau
 
 __all__ = ["T2VModel", "T2VOutput", "Gallery", "HeadPlan", "XPoolAttention", "PAIR_BLOCK", "MAX_LOGIT_SCALE"]
 
@@ -119,10 +119,13 @@ class T2VOutput:
         ``[Q, V]``, higher = better: the ranking score (scaled cosine, or ``-cost`` for Gaussian heads).
     cost : torch.Tensor or None
         ``[Q, V]`` Gaussian cost (lower = better), ``None`` for the cosine heads.
+    tau : torch.Tensor or None
+        The learned PAC temperature (``head.tau_rule = "learned"``, with its gradient), else ``None``.
     """
 
     logits: torch.Tensor
     cost: torch.Tensor | None
+    tau: torch.Tensor | None = None
 
 
 @dataclass
@@ -201,7 +204,7 @@ class T2VModel(nn.Module):
     Examples
     --------
     >>> import torch
-    >>> from reference_models.dab.config import T2VConfig
+    >>> from reference_models.dab.config import T2VConfig, matched_tau
     >>> from reference_models.dab.model import T2VModel
     >>> model = T2VModel(16, 8, T2VConfig().replace(bridge={"n_steps": 4}))
     >>> out = model(torch.randn(3, 8), torch.randn(5, 12, 16), torch.ones(5, 12, dtype=torch.bool))
@@ -255,6 +258,10 @@ class T2VModel(nn.Module):
             if h.mean_init == "identity":  # the Gaussian mean starts as the (layer-normalised) embedding itself
                 nn.init.eye_(self.gaussian_head.mean.weight)
                 nn.init.zeros_(self.gaussian_head.mean.bias)
+            self.tau_start = h.tau if h.tau_rule == "fixed" else matched_tau(h)
+            # the base's cap on its inverse temperature, in DAB's units (matched/learned: scale = logit_scale at start)
+            self.tau_floor = self.tau_start * h.logit_scale / MAX_LOGIT_SCALE
+            self.log_tau = (nn.Parameter(torch.tensor(self.tau_start).log()) if h.tau_rule == "learned" else None)
         else:
             self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
         self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None  # as self.plan.bridge says
@@ -320,6 +327,14 @@ class T2VModel(nn.Module):
         return embeddings if self.point_proj is None else self.point_proj(embeddings)
 
     # --- heads ----------------------------------------------------------------------------------------
+    def pac_tau(self) -> torch.Tensor:
+        """The PAC temperature of a Gaussian head (``head.tau_rule``, :data:`~reference_models.dab.config.TAU_RULES`):
+        ``head.tau``, :func:`~reference_models.dab.config.matched_tau`, or the learned one (a 0-d tensor with its
+        gradient; at least ``tau_floor``, the base's logit-scale cap)."""
+        if self.log_tau is None:
+            return torch.tensor(self.tau_start)
+        return self.log_tau.exp().clamp(min=self.tau_floor)
+
     def text_bridge(self) -> DistributionBridge:
         """The text-only bridge a query goes through: the distilled one-step student once the distillation stage
         has trained it (:func:`~reference_models.dab.distill.distill_one_step` sets ``student_ready``), else the
@@ -392,5 +407,7 @@ class T2VModel(nn.Module):
     def score(self, text_emb: torch.Tensor, gallery: Gallery) -> T2VOutput:
         """Scores of text embeddings ``[Q, hidden]`` (:meth:`encode_text`) against a :class:`Gallery`."""
         if self.plan.gaussian:
-            return self._gaussian_cost(text_emb, gallery)
+            output = self._gaussian_cost(text_emb, gallery)
+            output.tau = None if self.log_tau is None else self.pac_tau()
+            return output
         return T2VOutput(self._cosine_logits(text_emb, gallery), None)

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from evidential_prvr.functional import pairwise_gaussian_kl, pairwise_wasserstein2
+from evidential_prvr.probabilistic import DiagonalGaussian
 from reference_models.dab.config import ABLATIONS, HeadSettings, ablation_config, preset
 from reference_models.dab.diagnostics import gaussian_diagnostics, variance_free_split
 from reference_models.dab.model import T2VModel
-from evidential_prvr.probabilistic import DiagonalGaussian
 
 #: The msrvtt-regime treatment (identity encoders, the Gaussian at the backbone's width, identity mean start) small.
 CONFIG = preset("msrvtt-regime").replace(backbone={"hidden": 16, "temporal_layers": 1, "heads": 2, "max_frames": 6},
