@@ -106,7 +106,7 @@ def select_tau_rule(out: str | Path, *, benchmark: str = "msrvtt-regime", epochs
         assert isinstance(model, T2VModel)
         figures[rule] = {"val_R@1": float(fit.best_metric), "val_MnR": float(at_best["val/MnR"]),
                          "best_epoch": float(fit.best_epoch), "tau_start": float(model.tau_start),
-                         "tau_end": float(model.pac_tau()), "seconds": time.perf_counter() - start}
+                         "tau_end": float(model.pac_tau().detach()), "seconds": time.perf_counter() - start}
     chosen, reason = decide({r: {k: f[k] for k in ("val_R@1", "val_MnR")} for r, f in figures.items()})
     result = {"benchmark": benchmark, "data_seed": DEV_DATA_SEED, "seed": 0, "epochs": config.optim.epochs,
               "figures": figures, "chosen": chosen, "reason": reason}
