@@ -19,8 +19,11 @@ __all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES"
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
 #: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
-#: embeddings with the cosine and InfoNCE (DAB's "w/ Bridge" row).
-VARIANTS = ("base", "dab", "prob", "bridge")
+#: embeddings with the cosine and InfoNCE (DAB's "w/ Bridge" row); ``bridge-det`` the equal-capacity deterministic
+#: control of issue 45: the base plus DAB's mean layer (``head.gaussian_dim`` wide, started as ``head.mean_init``
+#: says) on texts and videos and the same bridge on the text mean, cosine and InfoNCE, so that it has DAB's
+#: parameters less the variance layers.
+VARIANTS = ("base", "dab", "prob", "bridge", "bridge-det")
 #: The cost of the Gaussian variants, DAB's directional KL or the squared 2-Wasserstein distance.
 COSTS = ("kl", "w2")
 #: How the Gaussian variants rank, by their cost (``cost``, DAB's) or by the squared distance between the
@@ -228,7 +231,8 @@ class T2VConfig:
         if self.bridge.distill == "one-step" and (self.head.variant != "dab" or self.bridge.condition != "text"):
             raise ValueError(f'bridge.distill = "one-step" distils the text-only bridge of head.variant = "dab", got '
                              f"head.variant {self.head.variant!r} with bridge.condition {self.bridge.condition!r}")
-        if self.head.gaussian and self.head.mean_init == "identity" and self.head.gaussian_dim != self.backbone.hidden:
+        if ((self.head.gaussian or self.head.variant == "bridge-det") and self.head.mean_init == "identity"
+                and self.head.gaussian_dim != self.backbone.hidden):
             raise ValueError(f'head.mean_init = "identity" needs head.gaussian_dim = backbone.hidden '
                              f"({self.backbone.hidden}), got {self.head.gaussian_dim}")
         if self.bridge.condition == "video" and self.head.variant != "dab":
@@ -359,6 +363,7 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-tau16": {"head": {"tau": 16.0}},
     "dab-tau64": {"head": {"tau": 64.0}},
     "dab-logvar-pytorch": {"head": {"logvar_weights": "pytorch"}},
+    "bridge-det": {"head": {"variant": "bridge-det"}},
     "dab-tau-fixed": {"head": {"tau_rule": "fixed"}},
     "dab-tau-matched": {"head": {"tau_rule": "matched"}},
     "dab-tau-learned": {"head": {"tau_rule": "learned"}},

@@ -12,7 +12,10 @@ stand-in for pretrained CLIP encoders: the untrained model ranks by the features
   :class:`~evidential_prvr.probabilistic.TokenUncertaintyHead` for the video variance, the
   :class:`~evidential_prvr.probabilistic.DistributionBridge` on the text Gaussian, and the cost
   :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` (or :math:`W_2^2`); ranking by :math:`-C`;
-* ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head.
+* ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head;
+* ``bridge-det`` -- the equal-capacity deterministic control: the base plus DAB's mean layer (on texts and videos)
+  and the same bridge on the text side, cosine head and InfoNCE; DAB less its variance layers (the Gaussian head's
+  log-variance LayerNorm and Linear and the token uncertainty head), plus the base's logit scale.
 
 How a model scores is resolved once from its config into its :class:`HeadPlan` (``model.plan``): Gaussian cost
 or cosine, which bridge, which cost function, which ranking. In the ``bridge`` variant X-Pool attends with the
@@ -103,7 +106,8 @@ class HeadPlan:
         """The plan of ``config`` (its ``head`` and ``bridge`` sections)."""
         h = config.head
         bridge: Literal["none", "text", "video"] = (
-            "video" if config.bridge.condition == "video" else "text" if h.variant in ("dab", "bridge") else "none")
+            "video" if config.bridge.condition == "video" else "text" if h.variant in ("dab", "bridge", "bridge-det")
+            else "none")
         kl = h.cost == "kl"
         return cls(h.gaussian, bridge, pairwise_gaussian_kl if kl else pairwise_wasserstein2,
                    paired_gaussian_kl if kl else paired_wasserstein2, h.ranking == "mean_distance", kl)
@@ -249,7 +253,9 @@ class T2VModel(nn.Module):
                     nn.init.zeros_(linear.bias)
         s = config.bridge
         narrow = h.variant == "bridge" and bool(s.point_dim)  # the bridge-only variant at a chosen width
-        point_dim = s.point_dim if narrow else b.hidden  # the width the cosine variants pool and bridge at
+        deterministic = h.variant == "bridge-det"  # the equal-capacity control: DAB's mean layer and bridge, cosine
+        # the width the cosine variants pool and bridge at
+        point_dim = s.point_dim if narrow else h.gaussian_dim if deterministic else b.hidden
         self.xpool = XPoolAttention(point_dim, b.heads) if b.pooling == "xpool" else None
         if h.gaussian:
             start = cast(LogVarWeightInit, h.logvar_weights)  # checked by the config
@@ -266,6 +272,13 @@ class T2VModel(nn.Module):
             self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
         self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None  # as self.plan.bridge says
         self.point_proj = nn.Linear(b.hidden, point_dim) if narrow else None
+        self.point_norm: nn.LayerNorm | None = None
+        self.point_mean: nn.Linear | None = None
+        if deterministic:  # DAB's mean layer (Key Design 1: L2-normalise, LayerNorm, Linear) without the variances
+            self.point_norm, self.point_mean = nn.LayerNorm(b.hidden), nn.Linear(b.hidden, point_dim)
+            if h.mean_init == "identity":
+                nn.init.eye_(self.point_mean.weight)
+                nn.init.zeros_(self.point_mean.bias)
         if self.plan.bridge == "video":
             self.bridge = ConditionedDistributionBridge(h.gaussian_dim, s.n_steps, s.total_steps,
                                                         contraction=s.contraction, time_dim=s.time_dim)
@@ -324,6 +337,8 @@ class T2VModel(nn.Module):
         return cast(XPoolAttention, self.xpool)(text, self._at_width(gallery.tokens), gallery.mask)
 
     def _at_width(self, embeddings: torch.Tensor) -> torch.Tensor:
+        if self.point_mean is not None:  # bridge-det: DAB's mean layer on the L2-normalised embedding
+            return self.point_mean(cast(nn.LayerNorm, self.point_norm)(F.normalize(embeddings, dim=-1)))
         return embeddings if self.point_proj is None else self.point_proj(embeddings)
 
     # --- heads ----------------------------------------------------------------------------------------
@@ -390,8 +405,8 @@ class T2VModel(nn.Module):
         return T2VOutput(torch.cat(logits, dim=1), torch.cat(costs, dim=1))
 
     def _cosine_logits(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
-        if self.point_proj is not None:  # the bridge-only variant at its own width: project, then bridge
-            text = self.point_proj(text)
+        if self.point_proj is not None or self.point_mean is not None:  # project (or DAB's mean layer), then bridge
+            text = self._at_width(text)
         if self.plan.bridge == "text":  # deterministic bridge on the point embedding; the log-variance is inert
             text = cast(DistributionBridge, self.bridge)(text, torch.zeros_like(text)).mu
         # X-Pool attends with the bridged text

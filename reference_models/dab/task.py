@@ -117,7 +117,8 @@ class T2VTask(TrainingTask):
             groups = [{"params": [p for p in params if id(p) in encoder_ids], "lr": o.lr},
                       {"params": [p for p in params if id(p) not in encoder_ids], "lr": o.head_lr}]
             return torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o.weight_decay)
-        dab_parts = [getattr(model, n) for n in ("gaussian_head", "token_head", "bridge") if getattr(model, n, None)]
+        dab_parts = [getattr(model, n) for n in ("gaussian_head", "token_head", "bridge", "point_norm", "point_mean")
+                     if getattr(model, n, None)]
         head_ids = {id(p) for part in dab_parts for p in part.parameters()}
         groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": o.lr}]
         if head_ids:
