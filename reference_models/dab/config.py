@@ -319,13 +319,15 @@ class T2VConfig:
 #: ``msrvtt-regime`` (DAB's training on the ``msrvtt-regime`` benchmark, whose features stand for frozen CLIP
 #: ones: identity-initialised feature encoders at DAB's encoder learning rate 1e-6, everything else at 1e-4,
 #: AdamW weight decay 0.02, 10 % warm-up; DAB's Gaussian at the backbone's width, 256, its mean layer starting at
-#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why). The base of a comparison is the
+#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why; since issue 45 the identity start
+#: of the log-variance weights and the learned PAC temperature, chosen by the guide's written rule on development
+#: seed 100, "The PAC temperature on the base's footing"). The base of a comparison is the
 #: same config with ``head.variant = "base"``, so it gets the same backbone treatment.
 PRESETS: dict[str, T2VConfig] = {
     "embedded": T2VConfig(),
     "msrvtt-regime": T2VConfig(
         backbone=BackboneSettings(encoder="identity"),
-        head=HeadSettings(gaussian_dim=256, mean_init="identity"),
+        head=HeadSettings(gaussian_dim=256, mean_init="identity", tau_rule="learned"),
         optim=OptimSettings(epochs=10, early_stop_patience=10, lr=1e-6, head_lr=1e-4, groups="encoders"),
     ),
 }
@@ -357,11 +359,11 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-T8": {"bridge": {"n_steps": 8}},
     "dab-T64": {"bridge": {"n_steps": 64}},
     "dab-meandist": {"head": {"ranking": "mean_distance"}},
-    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random", "tau": 4.0}},
+    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random", "tau": 4.0, "tau_rule": "fixed"}},
     "dab-onestep": {"bridge": {"distill": "one-step"}},
     "dab-meanrandom": {"head": {"mean_init": "random"}},
-    "dab-tau16": {"head": {"tau": 16.0}},
-    "dab-tau64": {"head": {"tau": 64.0}},
+    "dab-tau16": {"head": {"tau": 16.0, "tau_rule": "fixed"}},
+    "dab-tau64": {"head": {"tau": 64.0, "tau_rule": "fixed"}},
     "dab-logvar-pytorch": {"head": {"logvar_weights": "pytorch"}},
     "bridge-det": {"head": {"variant": "bridge-det"}},
     "dab-tau-fixed": {"head": {"tau_rule": "fixed"}},

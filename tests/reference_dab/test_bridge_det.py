@@ -31,8 +31,13 @@ def test_bridge_det_has_dabs_parameters_less_the_variance_layers() -> None:
     dab = T2VModel(16, 16, CONFIG)
     det = T2VModel(16, 16, ablation_config(CONFIG, "bridge-det"))
     variance_layers = (dab.gaussian_head.logvar_norm, dab.gaussian_head.logvar, dab.token_head)
-    # exactly: DAB - (log-variance LayerNorm + Linear of the Gaussian head + the token head) + the logit scale
-    assert _count(det) == _count(dab) - _count(*variance_layers) + 1
+    # exactly: DAB - (log-variance LayerNorm + Linear of the Gaussian head + the token head) - DAB's learned PAC
+    # temperature (the preset's tau_rule) + the base's logit scale
+    assert dab.log_tau is not None and dab.log_tau.numel() == 1
+    assert _count(det) == _count(dab) - _count(*variance_layers) - 1 + 1
+    fixed = T2VModel(16, 16, CONFIG.replace(head={"tau_rule": "fixed"}))
+    assert _count(det) == _count(fixed) - _count(fixed.gaussian_head.logvar_norm, fixed.gaussian_head.logvar,
+                                                 fixed.token_head) + 1
     assert _count(det.bridge) == _count(dab.bridge) and det.log_scale.numel() == 1  # type: ignore[arg-type]
     assert det.point_mean is not None and det.point_norm is not None
     assert _count(det.point_norm, det.point_mean) == _count(dab.gaussian_head.mean_norm, dab.gaussian_head.mean)

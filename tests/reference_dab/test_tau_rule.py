@@ -26,6 +26,7 @@ def _centred_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def test_the_matched_temperature_is_d_e_squared_over_the_logit_scale() -> None:
     head = preset("msrvtt-regime").head
+    assert head.tau_rule == "learned" and preset("embedded").head.tau_rule == "fixed"  # the rule's choice (the guide)
     assert matched_tau(head) == pytest.approx(256 * math.e**2 / 20)
     assert round(matched_tau(head), 1) == 94.6 and round(256 * math.e**2 / head.tau) == 473
 
@@ -58,7 +59,7 @@ def test_the_learned_temperature_gets_a_gradient_and_the_bases_cap() -> None:
         model.log_tau.fill_(-10.0)
     assert float(model.pac_tau().detach()) == pytest.approx(model.tau_floor) and model.tau_floor == pytest.approx(
         matched_tau(model.config.head) * 20 / 100)
-    fixed = T2VModel(16, 16, CONFIG)  # the default rule: head.tau, no parameter
+    fixed = T2VModel(16, 16, CONFIG.replace(head={"tau_rule": "fixed"}))  # head.tau, no parameter
     assert fixed.log_tau is None and float(fixed.pac_tau()) == CONFIG.head.tau
     with pytest.raises(ValueError, match="head.tau_rule must be one of"):
         CONFIG.replace(head={"tau_rule": "tuned"})
