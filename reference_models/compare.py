@@ -5,8 +5,8 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
   when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
   Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
-  ``--benchmark tvr-regime`` (Holmes), ``covr-regime`` (HUD) or ``msrvtt-regime`` (DAB): the named benchmark in
-  the paper's regime instead of the embedded one.
+  ``--benchmark tvr-regime`` (Holmes), ``covr-regime`` (HUD) or ``msrvtt-regime`` / ``msrvtt-regime-varied``
+  (DAB): the named benchmark in the paper's regime instead of the embedded one.
 * ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
   and draws ``DIR/comparison.png``.  ``--base M`` sets the methods against another of the comparison's methods instead of its base (e.g. Holmes
   with smoothed thresholds against Holmes itself).
@@ -50,7 +50,7 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime", "msrvtt-regime-varied")}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,

@@ -28,7 +28,7 @@ from reference_models.engine import atomic_write
 
 __all__ = ["BENCHMARKS", "FEATURE_SPACES", "ORACLE_SCORERS", "ORACLE_SETS", "BenchmarkWorld", "T2VBenchmarkSpec",
            "attribute_blocks", "benchmark_spec", "draw_world", "format_oracle_ceilings", "generate_t2v_benchmark",
-           "oracle_ceilings", "oracle_log_likelihoods", "oracle_ranks"]
+           "oracle_ceilings", "oracle_log_likelihoods", "oracle_ranks", "spec_dict"]
 
 #: How frame and text features are made from the hidden concepts. ``separate``, ``tanh`` of two independent
 #: random maps (the embedded benchmark's: the model has to learn the whole correspondence); ``shared``, one
@@ -73,6 +73,15 @@ class T2VBenchmarkSpec:
     modality_gap : float
         ``shared``: norm of the per-modality offset added to the unit features before they are normalised (0:
         no gap; CLIP ViT-B/32's gap between its image and text centroids, 0.82, is about 0.7).
+    attribute_probs : tuple of float
+        Captions that differ in how much they say (``msrvtt-regime-varied``): with :math:`A` = the tuple's length
+        (at least 2), a concept has :math:`A` attributes (:func:`attribute_blocks`: the event part cut into
+        :math:`A - 1` equal blocks, then the detail part), and a specific caption names :math:`k` of them with
+        probability ``attribute_probs[k - 1]``, the :math:`k` drawn uniformly; an attribute it does not name is
+        exactly zero in its concept. Empty (the default): every specific caption names everything.
+    caption_noise_levels : tuple of float
+        The noise levels a specific caption's noise is drawn from, uniformly, one per caption (instead of
+        ``caption_noise``, which the generic captions keep). Empty (the default): ``caption_noise`` for all.
     """
 
     n_train: int = 720
@@ -93,6 +102,8 @@ class T2VBenchmarkSpec:
     feature_space: str = "separate"
     alignment: float = 0.5
     modality_gap: float = 0.0
+    attribute_probs: tuple[float, ...] = ()
+    caption_noise_levels: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("n_train", "n_val", "n_test", "topics", "events_per_topic", "event_dim", "detail_dim",
@@ -121,6 +132,14 @@ class T2VBenchmarkSpec:
                              f"{self.feature_space!r}")
         if not 0.0 <= self.alignment <= 1.0:
             raise ValueError(f"T2VBenchmarkSpec.alignment must be in [0, 1], got {self.alignment!r}")
+        attributes = self.attribute_probs
+        if attributes and (len(attributes) < 2 or any(p < 0 for p in attributes) or abs(sum(attributes) - 1) > 1e-6
+                           or self.event_dim % (len(attributes) - 1)):
+            raise ValueError(f"T2VBenchmarkSpec.attribute_probs must be empty or at least 2 non-negative numbers "
+                             f"summing to 1, with len - 1 dividing event_dim ({self.event_dim}), got {attributes!r}")
+        if any(not level > 0 for level in self.caption_noise_levels):
+            raise ValueError(f"T2VBenchmarkSpec.caption_noise_levels must be numbers > 0, got "
+                             f"{self.caption_noise_levels!r}")
         if self.feature_space == "shared" and self.feature_dims[0] != self.feature_dims[1]:
             raise ValueError(f"T2VBenchmarkSpec.feature_dims must be equal with feature_space='shared' (one space), "
                              f"got {self.feature_dims!r}")
@@ -135,13 +154,40 @@ class T2VBenchmarkSpec:
 
 #: The named instances of the design, ``embedded`` (the demo's, unchanged) and ``msrvtt-regime`` (the comparison
 #: in the paper's regime, MSR-VTT 1k-A-like: 1,000 test videos; docs/guide/dab.rst says what each knob changes
-#: and why; fixed on the base's validation split of development seed 100 before any DAB-vs-base number).
+#: and why; fixed on the base's validation split of development seed 100 before any DAB-vs-base number), and
+#: ``msrvtt-regime-varied`` (issue 45: the same, with specific captions that name 1-4 of their event's 4 attributes
+#: at a drawn noise of 0.4, 0.8 or 1.6; fixed and written in docs/guide/dab.rst before any model ran on it).
 BENCHMARKS: dict[str, T2VBenchmarkSpec] = {
     "embedded": T2VBenchmarkSpec(),
     "msrvtt-regime": T2VBenchmarkSpec(n_train=2000, n_val=250, n_test=1000, caption_noise=0.8,
                                       feature_dims=(256, 256), feature_space="shared", alignment=0.5,
                                       modality_gap=0.7),
+    "msrvtt-regime-varied": T2VBenchmarkSpec(n_train=2000, n_val=250, n_test=1000, caption_noise=0.8,
+                                             feature_dims=(256, 256), feature_space="shared", alignment=0.5,
+                                             modality_gap=0.7, attribute_probs=(0.25, 0.25, 0.25, 0.25),
+                                             caption_noise_levels=(0.4, 0.8, 1.6)),
 }
+
+
+#: Fields added to :class:`T2VBenchmarkSpec` by issue 45, left out of :func:`spec_dict` while empty.
+_LATER_FIELDS = ("attribute_probs", "caption_noise_levels")
+
+
+def spec_dict(spec: T2VBenchmarkSpec) -> dict[str, Any]:
+    """The spec as a plain dict (``benchmark_meta.json``, a comparison's settings), without the fields issue 45
+    added while they are empty, so that instances and comparison folders written before read the same.
+
+    Parameters
+    ----------
+    spec : T2VBenchmarkSpec
+        The design.
+
+    Returns
+    -------
+    dict
+        :func:`dataclasses.asdict` of ``spec`` less the empty later fields.
+    """
+    return {k: v for k, v in asdict(spec).items() if not (k in _LATER_FIELDS and not v)}
 
 
 def benchmark_spec(name: str) -> T2VBenchmarkSpec:
@@ -221,9 +267,14 @@ def attribute_blocks(spec: T2VBenchmarkSpec) -> list[slice]:
     -------
     list of slice
         Slices of the ``event_dim + detail_dim`` concept: the event part and the detail part (every caption names
-        both).
+        both), or, with ``spec.attribute_probs`` of length :math:`A`, the event part cut into :math:`A - 1` equal
+        blocks, then the detail part.
     """
-    return [slice(0, spec.event_dim), slice(spec.event_dim, spec.event_dim + spec.detail_dim)]
+    detail = slice(spec.event_dim, spec.event_dim + spec.detail_dim)
+    if not spec.attribute_probs:
+        return [slice(0, spec.event_dim), detail]
+    width = spec.event_dim // (len(spec.attribute_probs) - 1)
+    return [slice(start, start + width) for start in range(0, spec.event_dim, width)] + [detail]
 
 
 def draw_world(seed: int, spec: T2VBenchmarkSpec) -> BenchmarkWorld:
@@ -269,6 +320,10 @@ def draw_world(seed: int, spec: T2VBenchmarkSpec) -> BenchmarkWorld:
     video_topic: list[int] = []
     video_detail: list[np.ndarray] = []
     video_events: list[list[int]] = []
+    caption_observed: list[np.ndarray] = []
+    caption_levels: list[float] = []
+    blocks = attribute_blocks(spec)
+    varied = np.random.default_rng([seed, 45]) if _is_varied(spec) else None
     splits = {"train": spec.n_train, "val": spec.n_val, "test": spec.n_test}
     index = 0
     for split, count in splits.items():
@@ -289,15 +344,29 @@ def draw_world(seed: int, spec: T2VBenchmarkSpec) -> BenchmarkWorld:
             caption_concepts, captions = [], []
             for event in chosen:
                 for take in range(spec.captions_per_event):
-                    caption_concepts.append(np.concatenate([
-                        events[topic, event] + _noise(rng, (spec.event_dim,), spec.caption_noise),
-                        detail + _noise(rng, (spec.detail_dim,), spec.caption_noise)]))
+                    # the varied design draws what the caption names and its noise from its own stream, and scales
+                    # the same main-stream draws, so both designs share every other draw of an instance
+                    level, named_blocks = _caption_specificity(spec, varied) if varied is not None else (
+                        spec.caption_noise, None)
+                    concept_row = np.concatenate([
+                        events[topic, event] + _noise(rng, (spec.event_dim,), level),
+                        detail + _noise(rng, (spec.detail_dim,), level)])
+                    if named_blocks is not None:
+                        for block, named in zip(blocks, named_blocks):
+                            concept_row[block] *= named  # an attribute the caption does not name is zero
+                        caption_observed.append(named_blocks)
+                    else:
+                        caption_observed.append(np.ones(len(blocks), dtype=bool))
+                    caption_levels.append(level)
+                    caption_concepts.append(concept_row)
                     captions.append((f"topic {topic} event {int(event)} with subject of {vid}, take {take + 1}",
                                      "specific"))
             for take in range(spec.generic_per_video):
                 caption_concepts.append(np.concatenate([
                     centroids[topic] + _noise(rng, (spec.event_dim,), spec.caption_noise),
                     _noise(rng, (spec.detail_dim,), spec.caption_noise)]))
+                caption_observed.append(np.ones(len(blocks), dtype=bool))  # noise everywhere, none of it zero
+                caption_levels.append(spec.caption_noise)
                 captions.append((f"something of topic {topic} happens, take {take + 1}", "generic"))
             frame_noise = rng.standard_normal((spec.frames, frame_dim))
             frames_raw = np.tanh(frame_concepts @ frame_map)
@@ -330,12 +399,25 @@ def draw_world(seed: int, spec: T2VBenchmarkSpec) -> BenchmarkWorld:
         picks[split] = [by_video[v["video_id"]][int(rng.integers(len(by_video[v["video_id"]])))]
                         for v in videos if v["split"] == split]
     generic = np.asarray([kinds[i]["kind"] == "generic" for i in range(len(sentences))])
-    observed = np.ones((len(sentences), len(attribute_blocks(spec))), dtype=bool)
+    observed = np.stack(caption_observed)
     named = np.where(generic, 0, observed.sum(1))  # the attributes a caption names (generic: none of its event's)
+    levels = np.asarray(caption_levels)
+    if varied is not None:  # recorded per caption, for the text variance against the caption's specificity
+        for i in range(len(sentences)):
+            kinds[i].update(named=int(named[i]), noise=float(levels[i]),
+                            specificity=float(named[i] / len(blocks) * (spec.caption_noise / levels[i]) ** 2))
     return BenchmarkWorld(spec, seed, centroids, events, videos, sentences, kinds, video_meta, frames_of, texts_of, picks,
                           np.stack(all_concepts), np.asarray(caption_video), np.asarray(video_topic),
-                          np.stack(video_detail), video_events, observed, np.full(len(sentences), spec.caption_noise),
-                          named)
+                          np.stack(video_detail), video_events, observed, levels, named)
+
+
+def _caption_specificity(spec: T2VBenchmarkSpec, rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    """A specific caption's drawn noise level and which attributes it names (the varied design)."""
+    count = int(rng.choice(len(spec.attribute_probs), p=spec.attribute_probs)) + 1
+    named = np.zeros(len(spec.attribute_probs), dtype=bool)
+    named[rng.choice(len(spec.attribute_probs), size=count, replace=False)] = True
+    levels = spec.caption_noise_levels or (spec.caption_noise,)
+    return float(levels[int(rng.integers(len(levels)))]), named
 
 
 def generate_t2v_benchmark(root: str | Path, seed: int = 0, spec: T2VBenchmarkSpec | None = None,
@@ -397,7 +479,7 @@ def generate_t2v_benchmark(root: str | Path, seed: int = 0, spec: T2VBenchmarkSp
                 for vid, array in arrays.items():
                     h5.create_dataset(vid, data=array.astype(np.float32))
         atomic_write(root / name, write_h5)
-    meta = {"seed": seed, "spec": asdict(spec), "sentences": {str(k): v for k, v in world.kinds.items()},
+    meta = {"seed": seed, "spec": spec_dict(spec), "sentences": {str(k): v for k, v in world.kinds.items()},
             "videos": world.video_meta}
     write_text("benchmark_meta.json", json.dumps(meta, indent=1) + "\n")
     return root
@@ -407,9 +489,10 @@ def generate_t2v_benchmark(root: str | Path, seed: int = 0, spec: T2VBenchmarkSp
 #: likelihood of the caption's hidden concept under each video (a mixture over the ways the video's captions are
 #: drawn: each of its events' specific captions and its generic ones, at every noise level); ``no_generic``: the same
 #: without the generic component (every caption read as naming one of the video's events); ``deterministic``: one
-#: caption-independent metric, the specific-caption likelihood at the design's ``caption_noise`` on the blocks the
-#: caption names, mixed over the video's events: what a point embedding with a perfect encoder and pooling can at
-#: best do, since its metric cannot depend on how much the caption says.
+#: caption-independent metric, the specific-caption likelihood at the design's ``caption_noise`` on the whole
+#: concept (a block the caption leaves out counts as a named zero), mixed over the video's events: what a point
+#: embedding with a perfect encoder and pooling can at best do, since its metric cannot depend on how much the
+#: caption says or how noisy it is.
 ORACLE_SCORERS = ("bayes", "no_generic", "deterministic")
 #: The evaluation sets of :func:`oracle_ceilings` (those of the DAB comparison): the 1k-A-style test (one caption
 #: per test video, the csv's) and the all-captions test.
@@ -418,7 +501,8 @@ ORACLE_SETS = ("test", "test_all")
 
 def _noise_levels(spec: T2VBenchmarkSpec) -> tuple[np.ndarray, np.ndarray]:
     """The specific captions' noise levels and their prior probabilities (one level: ``caption_noise``)."""
-    return np.asarray([spec.caption_noise]), np.ones(1)
+    levels = np.asarray(spec.caption_noise_levels or (spec.caption_noise,), dtype=np.float64)
+    return levels, np.full(len(levels), 1.0 / len(levels))
 
 
 def _block_variances(spec: T2VBenchmarkSpec) -> np.ndarray:
@@ -479,6 +563,8 @@ def oracle_log_likelihoods(world: BenchmarkWorld, queries: np.ndarray, gallery: 
         levels, prior = _noise_levels(spec)
     c = world.caption_concepts[queries]
     observed = world.caption_observed[queries].astype(np.float64)  # [Q, B]
+    if scorer == "deterministic":  # one metric for every caption: a block it leaves out counts as a named zero
+        observed = np.ones_like(observed)
     flat_events = world.events.reshape(-1, spec.event_dim)  # [topics * events_per_topic, event_dim]
     # squared distances per block: to every topic event (event blocks), to every gallery detail, to the centroids
     event_d2 = np.stack([((c[:, None, b] - flat_events[None, :, b]) ** 2).sum(-1) if b.start < spec.event_dim
@@ -520,7 +606,7 @@ def oracle_log_likelihoods(world: BenchmarkWorld, queries: np.ndarray, gallery: 
 
 def _all_named_probability(spec: T2VBenchmarkSpec) -> float:
     """The probability that a specific caption names every block (1 in the fixed design)."""
-    return 1.0
+    return float(spec.attribute_probs[-1]) if spec.attribute_probs else 1.0
 
 
 def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
@@ -649,7 +735,7 @@ def oracle_ceilings(seed: int, spec: T2VBenchmarkSpec, *, n_boot: int = 1000) ->
 def _is_varied(spec: T2VBenchmarkSpec) -> bool:
     """Whether captions differ in what they name or in their noise (then ``no_generic`` differs from
     ``deterministic``)."""
-    return False
+    return bool(spec.attribute_probs or spec.caption_noise_levels)
 
 
 def format_oracle_ceilings(ceilings: dict[str, Any]) -> str:

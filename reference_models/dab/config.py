@@ -331,6 +331,8 @@ PRESETS: dict[str, T2VConfig] = {
         optim=OptimSettings(epochs=10, early_stop_patience=10, lr=1e-6, head_lr=1e-4, groups="encoders"),
     ),
 }
+#: ``msrvtt-regime-varied`` (issue 45) trains exactly as ``msrvtt-regime``.
+PRESETS["msrvtt-regime-varied"] = PRESETS["msrvtt-regime"]
 
 
 def preset(name: str) -> T2VConfig:

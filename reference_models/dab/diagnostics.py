@@ -59,8 +59,8 @@ from evidential_prvr.probabilistic import ConditionedDistributionBridge, Diagona
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel
 
-__all__ = ["benchmark_labels", "cost_parts", "format_diagnostics", "gaussian_diagnostics", "model_diagnostics",
-           "variance_free_split"]
+__all__ = ["benchmark_labels", "benchmark_specificity", "cost_parts", "format_diagnostics", "gaussian_diagnostics",
+           "model_diagnostics", "spearman_interval", "variance_free_split"]
 
 
 def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor, text_logvar: torch.Tensor,
@@ -227,14 +227,16 @@ def _moves(full: torch.Tensor, by_mean: torch.Tensor) -> dict[str, float]:
 @torch.no_grad()
 def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | str = "cpu", *,
                       video_events: Sequence[int] | None = None, query_kinds: Sequence[str] | None = None,
-                      query_chunk: int = 128) -> dict[str, Any] | None:
+                      query_chunk: int = 128, query_specificity: Sequence[float] | None = None) -> dict[str, Any] | None:
     """:func:`gaussian_diagnostics` of ``model`` on ``split`` (``None`` for the cosine heads ``base`` and ``bridge``).
 
     With X-Pool pooling a video's Gaussian depends on the text; each query's own video Gaussian (pooled for that
     query) stands for the video, and the video statistics are averaged over queries instead of videos. With the
     video-conditioned bridge (``bridge.condition = "video"``) a text is bridged once per video; ``bridged`` is
     each text bridged toward its own video, and ``variance_share.all_pairs`` is left out (only the own pairs
-    are computed).
+    are computed). With ``query_specificity`` (:func:`benchmark_specificity`) the result also holds
+    ``text_sigma2_vs_specificity``: :func:`spearman_interval` of each query's mean text variance (before the bridge)
+    and its drawn specificity (a variance that tracks how much a caption says correlates negatively).
     """
     if not model.plan.gaussian:
         return None
@@ -272,6 +274,9 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
         video_events = None if video_events is None else [video_events[int(v)] for v in split.query_video]
     result = gaussian_diagnostics(text, bridge, video, query_video, cost=model.config.head.cost,
                                   video_events=video_events, query_kinds=query_kinds)
+    if query_specificity is not None:
+        result["text_sigma2_vs_specificity"] = spearman_interval(text.logvar.double().exp().mean(-1),
+                                                                 list(query_specificity))
     if gallery.video is None:
         result["videos"] = split.num_videos
     if gallery.video is None or model.plan.bridge == "video":
@@ -295,6 +300,71 @@ def benchmark_labels(root: str | Path, split: T2VSplit) -> tuple[list[int] | Non
         events.setdefault(video, int(label["events"]))
     video_events = [events[v] for v in range(split.num_videos)] if len(events) == split.num_videos else None
     return video_events, [str(label["kind"]) for label in labels]
+
+
+def benchmark_specificity(root: str | Path, split: T2VSplit) -> list[float] | None:
+    """Each query's drawn specificity from ``root/benchmark_meta.json`` (``msrvtt-regime-varied``: ``named`` / 4 x
+    (``caption_noise`` / ``noise``) squared), or ``None`` when the instance does not record it.
+
+    Parameters
+    ----------
+    root : str or pathlib.Path
+        The data root.
+    split : T2VSplit
+        The split whose queries are read.
+
+    Returns
+    -------
+    list of float or None
+        One specificity per query of ``split``.
+    """
+    path = Path(root) / "benchmark_meta.json"
+    if not path.is_file():
+        return None
+    sentences = json.loads(path.read_text(encoding="utf-8"))["sentences"]
+    labels = [sentences.get(str(i)) or {} for i in split.sen_ids]
+    if not labels or any("specificity" not in label for label in labels):
+        return None
+    return [float(label["specificity"]) for label in labels]
+
+
+def spearman_interval(x: Sequence[float] | torch.Tensor, y: Sequence[float] | torch.Tensor, *, n_boot: int = 1000,
+                      seed: int = 0) -> dict[str, float]:
+    """Spearman's rank correlation of ``x`` and ``y`` with a 95 % percentile bootstrap interval over the pairs.
+
+    Parameters
+    ----------
+    x, y : sequence of float or torch.Tensor
+        Paired values (e.g. each caption's mean text variance and its drawn specificity), at least 3.
+    n_boot : int
+        Bootstrap replicates (at least 100).
+    seed : int
+        Seed of the replicates.
+
+    Returns
+    -------
+    dict
+        ``{"spearman", "low", "high", "n"}``.
+    """
+    import numpy as np
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if a.shape != b.shape or a.size < 3:
+        raise ValueError(f"x and y must be paired sequences of at least 3 values, got sizes {a.size} and {b.size}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot must be an integer >= 100, got {n_boot!r}")
+
+    def rho(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:  # Pearson of the ranks, row by row
+        rx, ry = rx - rx.mean(-1, keepdims=True), ry - ry.mean(-1, keepdims=True)
+        den = np.sqrt((rx**2).sum(-1) * (ry**2).sum(-1))
+        return np.where(den > 0, (rx * ry).sum(-1) / np.where(den > 0, den, 1.0), 0.0)
+
+    idx = np.random.default_rng(seed).integers(a.size, size=(n_boot, a.size))
+    boot = rho(rankdata(a[idx], axis=1), rankdata(b[idx], axis=1))
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {"spearman": float(rho(rankdata(a), rankdata(b))), "low": float(low), "high": float(high),
+            "n": float(a.size)}
 
 
 def format_diagnostics(diagnostics: dict[str, Any]) -> str:

@@ -88,3 +88,16 @@ def test_generic_multi_set_and_diagnostics_of_a_comparison_run(tmp_path: Path) -
     bayes = saved["sets"]["test_all"]["bayes"]["all"]["R@1"]
     assert f"{bayes:.2f}" in report
     assert all(f"oracle, data seed 0: {line}" in report for line in saved["statements"])
+
+
+def test_a_varied_regime_run_correlates_the_text_variance_with_the_drawn_specificity(tmp_path: Path) -> None:
+    varied = dataclasses.replace(BENCHMARKS["msrvtt-regime-varied"], n_train=24, n_val=6, n_test=12, topics=3,
+                                 events_per_topic=4, frames=6, feature_dims=(16, 16))
+    runner = DABComparison(TINY_REGIME_CONFIG, varied, multi_positive=True)
+    grid.run_grid(runner, tmp_path, seeds=[0], data_seeds=[0], log=lambda line: None)
+    saved = json.loads((tmp_path / "runs" / "data0" / "seed0" / "dab" / DIAGNOSTICS_NAME).read_text())
+    corr = saved["text_sigma2_vs_specificity"]
+    assert corr["n"] == len(load_t2v_split(grid.data_folder(tmp_path, 0), "test_all", max_frames=6).sen_ids)
+    assert -1.0 <= corr["low"] <= corr["high"] <= 1.0
+    assert json.loads((grid.data_folder(tmp_path, 0) / grid.CEILINGS_NAME).read_text())["scorers"] == [
+        "bayes", "no_generic", "deterministic"]
