@@ -535,10 +535,11 @@ def collect_ceilings(out: str | Path, data_seeds: Sequence[int]) -> dict[str, An
             "statements": {str(k): list(v.get("statements", [])) for k, v in found.items()}}
 
 
-def _ceiling_rows(block: dict[str, Any], ceilings: dict[str, Any], results: dict[str, Any]) -> list[list[str]]:
+def _ceiling_rows(block: dict[str, Any], ceilings: dict[str, Any], results: dict[str, Any],
+                  set_name: str) -> list[list[str]]:
     """Per query type, each headline metric of the two models (their means) beside every oracle scorer's."""
     method, base, scorers = results["method"], results["base"], ceilings["scorers"]
-    by_scorer = ceilings["mean"]
+    by_scorer = ceilings["mean"][set_name]
     rows = [["query type", *(f"{m}: {method} / {base} / " + " / ".join(f"oracle {s}" for s in scorers)
                              for m in results["headline"])]]
     types = {"all": block["metrics"], **{k: v["metrics"] for k, v in (block.get("per_type") or {}).items()}}
@@ -602,7 +603,7 @@ def format_report(results: dict[str, Any]) -> str:
         if set_name in ceilings.get("mean", {}):
             lines.append(f"beside the oracle ceilings (means over data seeds {ceilings['data_seeds']}; "
                          f"{CEILINGS_NAME} of each instance):")
-            lines.append(format_table(_ceiling_rows(block, ceilings, results)))
+            lines.append(format_table(_ceiling_rows(block, ceilings, results, set_name)))
         lines.append("")
     for variant, block in (results.get("diagnostics") or {}).items():
         lines.append(f"diagnostics of {variant} (diagnostics.json, mean ± sd over {block['runs']} runs):")

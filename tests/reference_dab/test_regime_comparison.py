@@ -85,8 +85,15 @@ def test_generic_multi_set_and_diagnostics_of_a_comparison_run(tmp_path: Path) -
     assert results["ceilings"]["mean"]["test"]["bayes"]["specific"] == saved["sets"]["test"]["bayes"]["specific"]
     report = grid.format_report(results)
     assert "beside the oracle ceilings" in report and "oracle bayes / oracle deterministic" in report
-    bayes = saved["sets"]["test_all"]["bayes"]["all"]["R@1"]
-    assert f"{bayes:.2f}" in report
+    table = report.split("beside the oracle ceilings")[2]  # the test_all set's (test, test_all, generic_multi)
+    oracle = saved["sets"]["test_all"]
+    for kind in ("all", "specific", "generic"):
+        row = next(line for line in table.splitlines() if line.startswith(kind + " "))
+        metrics = results["sets"]["test_all"]["metrics"] if kind == "all" else \
+            results["sets"]["test_all"]["per_type"][kind]["metrics"]
+        expected = " / ".join([f"{metrics['R@1']['method']['mean']:.2f}", f"{metrics['R@1']['base']['mean']:.2f}",
+                               f"{oracle['bayes'][kind]['R@1']:.2f}", f"{oracle['deterministic'][kind]['R@1']:.2f}"])
+        assert expected in row, (expected, row)
     assert all(f"oracle, data seed 0: {line}" in report for line in saved["statements"])
 
 
