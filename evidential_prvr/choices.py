@@ -17,7 +17,7 @@ from typing import Literal, get_args
 
 __all__ = [
     "Preset", "PRESETS", "DatasetName", "HUDPreset", "HUD_PRESETS", "HUDDatasetName", "HUD_DATASETS",
-    "DABPreset", "DAB_PRESETS", "DABDatasetName", "DAB_DATASETS",
+    "DABPreset", "DAB_PRESETS", "DABDatasetName", "DAB_DATASETS", "LogVarWeightInit", "LOGVAR_WEIGHT_INITS",
     "Reduction", "REDUCTIONS", "TanhScaling", "TANH_SCALINGS", "MatchRule", "MATCH_RULES", "EntropyMedian",
     "ENTROPY_MEDIANS", "Fusion", "FUSIONS", "CalibrationSet", "CALIBRATION_SETS", "InterTerm", "INTER_TERMS",
     "IntraAssignment", "INTRA_ASSIGNMENTS", "VideoNegative", "VIDEO_NEGATIVES", "NCEVideoToText",
@@ -52,6 +52,14 @@ DABDatasetName = Literal["msr-vtt", "msvd", "vatex"]
 """The data set names of DAB's presets, as a type."""
 DAB_DATASETS: tuple[DABDatasetName, ...] = get_args(DABDatasetName)
 """The data set names of DAB's presets (its text-to-video benchmarks; the paper uses one setting for all three)."""
+
+LogVarWeightInit = Literal["zero", "small", "pytorch"]
+LOGVAR_WEIGHT_INITS: tuple[LogVarWeightInit, ...] = get_args(LogVarWeightInit)
+"""The start of the weights of DAB's log-variance layers: ``zero`` (every log-variance starts at the bias, the same
+for every input, so the cost starts as a squared distance of the means: the identity start), ``small`` (PyTorch's
+default draw scaled by :data:`~evidential_prvr.probabilistic.SMALL_LOGVAR_WEIGHT_SCALE`: near-identity, with
+symmetry broken) or ``pytorch`` (PyTorch's default draw; the heads' start before version 3.1, which gives every
+input its own random per-dimension metric at step 0)."""
 
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)

@@ -35,7 +35,7 @@ from evidential_prvr._settings import (
     IntraVideoSettings,
     TransportSettings,
 )
-from evidential_prvr.choices import DAB_DATASETS, DAB_PRESETS, HUD_DATASETS, HUD_PRESETS, PRESETS
+from evidential_prvr.choices import DAB_DATASETS, DAB_PRESETS, HUD_DATASETS, HUD_PRESETS, PRESETS, LogVarWeightInit
 
 __all__ = [
     "PRESETS",
@@ -536,6 +536,10 @@ class DABSettings:
         The log-variance heads' bias at the start (-2.0: low initial uncertainty).
     logvar_bounds : tuple of float
         The clip of every log-variance, ``(-6.0, 2.0)``.
+    logvar_weight_init : {"zero", "small", "pytorch"}
+        The start of the log-variance layers' weights (the paper is silent; ``zero``, the identity start: every
+        input starts with the bias's variance, so the cost starts as a squared distance of the means;
+        :data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`, ``pytorch`` the start before version 3.1).
     n_steps, total_steps : int
         The truncated bridge steps :math:`T' = 32` of :math:`N = 1000` diffusion steps.
     step_range : tuple of float
@@ -561,6 +565,7 @@ class DABSettings:
 
     logvar_init: float = -2.0
     logvar_bounds: tuple[float, float] = (-6.0, 2.0)
+    logvar_weight_init: LogVarWeightInit = "zero"
     n_steps: int = 32
     total_steps: int = 1000
     step_range: tuple[float, float] = (0.2, 0.6)

@@ -5,8 +5,8 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
   when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
   Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
-  ``--benchmark tvr-regime`` (Holmes), ``covr-regime`` (HUD) or ``msrvtt-regime`` (DAB): the named benchmark in
-  the paper's regime instead of the embedded one.
+  ``--benchmark tvr-regime`` (Holmes), ``covr-regime`` (HUD) or ``msrvtt-regime`` / ``msrvtt-regime-varied``
+  (DAB): the named benchmark in the paper's regime instead of the embedded one.
 * ``report --out DIR`` reads every finished run of ``DIR`` and writes ``DIR/results.json``, prints the table
   and draws ``DIR/comparison.png``.  ``--base M`` sets the methods against another of the comparison's methods instead of its base (e.g. Holmes
   with smoothed thresholds against Holmes itself).
@@ -50,7 +50,7 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime")}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime", "msrvtt-regime-varied")}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,
@@ -158,10 +158,12 @@ def plan_spec(plan: dict[str, Any]) -> grid.ComparisonSpec:
 
 
 def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot: int = 2000,
-                  bootstrap_seed: int = 0, method: str | None = None, base: str | None = None) -> dict[str, Any]:
+                  bootstrap_seed: int = 0, method: str | None = None, base: str | None = None,
+                  out: Path | None = None) -> dict[str, Any]:
     """The content of ``results.json`` (schema: :doc:`/guide/comparisons`) from the finished runs; ``method``:
     one of the comparison's methods (default: the one its plan names); ``base``: another of its methods in
-    place of its base."""
+    place of its base; ``out``: the comparison folder, whose instances' oracle ceilings
+    (:func:`~reference_models.engine.seed_grid.collect_ceilings`) are then carried as ``ceilings``."""
     spec = plan_spec(plan)
     offered = spec.methods
     if method is not None:
@@ -199,12 +201,14 @@ def build_results(records: list[grid.RunRecord], plan: dict[str, Any], *, n_boot
     text = ("beats its base" if beats else "worse than its base" if worse
             else "cannot tell (an interval of a headline metric includes zero)")
     diagnostics = grid.collect_diagnostics(records, spec)
+    ceilings = {} if out is None else grid.collect_ceilings(out, sets[spec.primary]["data_seeds"])
     return {
         "schema": SCHEMA, "task": plan["task"], "method": spec.method, "base": spec.base,
         "headline": list(spec.headline), "primary_set": spec.primary, "level": 0.95, "n_boot": n_boot,
         "bootstrap_seed": bootstrap_seed, "interval_method": METHOD, "settings": plan["settings"],
         "sets": sets,
         **({"diagnostics": diagnostics} if diagnostics else {}),
+        **({"ceilings": ceilings} if ceilings else {}),
         "runs": [{"variant": r.variant, "data_seed": r.data_seed, "seed": r.seed, "train_seconds": r.train_seconds}
                  for r in records if r.variant in spec.variants],
         "verdict": {"rule": VERDICT_RULE, "beats_base": beats, "worse_than_base": worse, "text": text},
@@ -226,7 +230,7 @@ def report(out: Path, *, n_boot: int = 2000, bootstrap_seed: int = 0,
     every: dict[str, dict[str, Any]] = {}
     for method in (methods or [default]):
         results = build_results(records, plan, n_boot=n_boot, bootstrap_seed=bootstrap_seed, method=method,
-                                base=base)
+                                base=base, out=out)
         suffix = "" if method == default else f"-{method}"
         if base is not None and base != plan_spec(plan).base:
             suffix = f"-{method}-vs-{base}"

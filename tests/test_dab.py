@@ -99,7 +99,7 @@ def test_gaussian_head_matches_manual_computation():
 
 
 def test_gaussian_head_initial_bias_and_bounds():
-    head = GaussianEmbeddingHead(8, 5)
+    head = GaussianEmbeddingHead(8, 5, logvar_weight_init="pytorch")  # random weights, scaled up to the bounds
     assert torch.equal(head.logvar.bias, torch.full((5,), -2.0))
     with torch.no_grad():
         head.logvar.weight.mul_(1e4)

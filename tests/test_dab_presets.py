@@ -19,14 +19,16 @@ from evidential_prvr.probabilistic import (
 )
 
 #: What the DAB summary states (``../shared/papers``: Key Designs 1-2 and the implementation details), written
-#: here from the text, not from the registry.
-PAPER = {"logvar_init": -2.0, "logvar_bounds": (-6.0, 2.0), "n_steps": 32, "total_steps": 1000,
+#: here from the text, not from the registry; ``logvar_weight_init`` is the library's choice where the text is
+#: silent (zero: the identity start, issue 45).
+PAPER = {"logvar_init": -2.0, "logvar_bounds": (-6.0, 2.0), "logvar_weight_init": "zero", "n_steps": 32,
+         "total_steps": 1000,
          "step_range": (0.2, 0.6), "contraction": 0.8, "weight_decay": 0.02, "encoder_lr": 1e-6, "head_lr": 1e-4,
          "warmup_ratio": 0.1, "batch_size": 32, "epochs": 10}
 
 MODULES = [
-    (GaussianEmbeddingHead, {"dim_in": 6, "dim_out": 4}, ("logvar_init", "logvar_bounds")),
-    (TokenUncertaintyHead, {"dim_in": 6, "dim_out": 4}, ("logvar_init", "logvar_bounds")),
+    (GaussianEmbeddingHead, {"dim_in": 6, "dim_out": 4}, ("logvar_init", "logvar_bounds", "logvar_weight_init")),
+    (TokenUncertaintyHead, {"dim_in": 6, "dim_out": 4}, ("logvar_init", "logvar_bounds", "logvar_weight_init")),
     (DistributionBridge, {"dim": 4}, ("n_steps", "total_steps", "step_range", "logvar_bounds")),
     (ConditionedDistributionBridge, {"dim": 4},
      ("n_steps", "total_steps", "step_range", "contraction", "logvar_bounds")),
@@ -73,3 +75,23 @@ def test_the_settings_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         dab_settings("paper").n_steps = 8  # type: ignore[misc]
     assert isinstance(dab_settings("paper"), DABSettings)
+
+
+@pytest.mark.parametrize("cls", [GaussianEmbeddingHead, TokenUncertaintyHead], ids=lambda c: c.__name__)
+def test_the_log_variance_weights_start_as_named_and_draw_the_same_stream(cls):
+    starts = {}
+    for name in ("zero", "small", "pytorch"):
+        torch.manual_seed(0)
+        starts[name] = cls(6, 4, logvar_weight_init=name).logvar.weight.detach()
+        starts[name + " next draw"] = torch.rand(3)  # what is drawn after the head: the same for every start
+    assert torch.count_nonzero(starts["zero"]) == 0
+    assert torch.allclose(starts["small"], starts["pytorch"] * 1e-3) and torch.count_nonzero(starts["pytorch"]) > 0
+    assert torch.equal(starts["zero next draw"], starts["pytorch next draw"])
+    assert torch.equal(starts["small next draw"], starts["pytorch next draw"])
+    with pytest.raises(ValueError, match="logvar_weight_init must be one of 'zero', 'small', 'pytorch'; got 'ones'"):
+        cls(6, 4, logvar_weight_init="ones")
+    # the zero start: every input gets the bias as its log-variance
+    head = cls(6, 4)
+    x = torch.randn(5, 3, 6) if cls is TokenUncertaintyHead else torch.randn(5, 6)
+    logvar = head(x) if cls is TokenUncertaintyHead else head(x).logvar
+    assert torch.equal(logvar, torch.full((5, 4), -2.0))

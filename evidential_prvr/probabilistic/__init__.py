@@ -12,6 +12,7 @@ from evidential_prvr.probabilistic._gaussian import DABAlignment, DABAlignmentOu
 from evidential_prvr.probabilistic._dab import (
     ConditionedDistributionBridge,
     DistributionBridge,
+    SMALL_LOGVAR_WEIGHT_SCALE,
     GaussianEmbeddingHead,
     ProbabilisticAlignmentContrastiveLoss,
     TokenUncertaintyHead,
@@ -42,6 +43,7 @@ __all__ = [
     "DistributionBridge",
     "ConditionedDistributionBridge",
     "ProbabilisticAlignmentContrastiveLoss",
+    "SMALL_LOGVAR_WEIGHT_SCALE",
     "BridgeDistillationLoss",
     "DABAlignment",
     "DABAlignmentOutput",

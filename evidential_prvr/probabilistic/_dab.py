@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evidential_prvr._checks import check_in_range, check_positive, check_tensor
+from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_tensor
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr.choices import DABDatasetName, DABPreset
+from evidential_prvr.choices import LOGVAR_WEIGHT_INITS, DABDatasetName, DABPreset, LogVarWeightInit
 from evidential_prvr.functional._dab import (
     bounded_contraction,
     bridge_step_sizes,
@@ -29,6 +29,9 @@ from evidential_prvr.presets import dab_settings
 from evidential_prvr.probabilistic import _input_checks
 from evidential_prvr.probabilistic._input_checks import DEFAULT_LOGVAR_BOUNDS, _InputChecks
 
+#: The factor on PyTorch's default weights of a log-variance layer with ``logvar_weight_init="small"``.
+SMALL_LOGVAR_WEIGHT_SCALE = 1e-3
+
 
 class _LogVarHead(_InputChecks, PresetModule):
     """What the DAB heads share: the checked sizes and bounds, and their last layer, a clipped log-variance
@@ -40,20 +43,28 @@ class _LogVarHead(_InputChecks, PresetModule):
     """
 
     def __init__(
-        self, dim_in: int, dim_out: int, *, logvar_bounds: tuple[float, float], validate_args: bool | None
+        self, dim_in: int, dim_out: int, *, logvar_bounds: tuple[float, float], validate_args: bool | None,
+        logvar_weight_init: LogVarWeightInit = "zero",
     ) -> None:
         super().__init__(validate_args)
         _input_checks.check_sizes(dim_in=dim_in, dim_out=dim_out)
+        check_choice(logvar_weight_init, "logvar_weight_init", LOGVAR_WEIGHT_INITS)
         self.logvar_bounds = _input_checks.check_bounds(logvar_bounds)
+        self.logvar_weight_init = logvar_weight_init
         self.dim_in = dim_in
         self.dim_out = dim_out
 
     def _logvar_layer(self, logvar_init: float) -> nn.Linear:
-        """A new ``Linear(dim_in, dim_out)`` (PyTorch's default weight initialisation) with its bias set to
-        ``logvar_init``."""
+        """A new ``Linear(dim_in, dim_out)`` with its bias set to ``logvar_init`` and its weights as
+        ``logvar_weight_init`` says (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`). PyTorch's default draw
+        is always made first, so the random stream of the layers built after it is the same for every choice."""
         layer = nn.Linear(self.dim_in, self.dim_out)
         with torch.no_grad():
             layer.bias.fill_(float(logvar_init))
+            if self.logvar_weight_init == "zero":
+                layer.weight.zero_()
+            elif self.logvar_weight_init == "small":
+                layer.weight.mul_(SMALL_LOGVAR_WEIGHT_SCALE)
         return layer
 
 
@@ -68,8 +79,10 @@ class GaussianEmbeddingHead(_LogVarHead):
             \\text{low}, \\text{high}\\big).
 
     Choices: each of the two "independent linear heads" has its own LayerNorm; :math:`\\mu` is not
-    normalised; the log-variance bias starts at ``logvar_init`` (DAB: -2.0) with PyTorch's default
-    weight initialisation; clipping is a hard ``clamp`` (zero gradient outside the bounds).
+    normalised; the log-variance bias starts at ``logvar_init`` (DAB: -2.0) and its weights at zero
+    (``logvar_weight_init="zero"``; DAB does not say), so that every input starts with the same variance and
+    the cost starts as a squared distance of the means; clipping is a hard ``clamp`` (zero gradient outside the
+    bounds).
 
     Parameters
     ----------
@@ -84,6 +97,9 @@ class GaussianEmbeddingHead(_LogVarHead):
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
+        The start of the log-variance weights (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`); ``pytorch``
+        is the start before version 3.1.
 
     Examples
     --------
@@ -106,8 +122,10 @@ class GaussianEmbeddingHead(_LogVarHead):
         logvar_init: float = -2.0,
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
+        logvar_weight_init: LogVarWeightInit = "zero",
     ) -> None:
-        super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args,
+                         logvar_weight_init=logvar_weight_init)
         self.mean_norm = nn.LayerNorm(dim_in)
         self.mean = nn.Linear(dim_in, dim_out)
         self.logvar_norm = nn.LayerNorm(dim_in)
@@ -116,7 +134,8 @@ class GaussianEmbeddingHead(_LogVarHead):
     @classmethod
     def _preset_arguments(cls, preset: DABPreset, dataset: DABDatasetName | None) -> dict[str, Any]:
         settings = dab_settings(preset, dataset)
-        return {"logvar_init": settings.logvar_init, "logvar_bounds": settings.logvar_bounds}
+        return {"logvar_init": settings.logvar_init, "logvar_bounds": settings.logvar_bounds,
+                "logvar_weight_init": settings.logvar_weight_init}
 
     def forward(self, x: torch.Tensor) -> DiagonalGaussian:
         """Gaussians for ``x`` of shape ``[..., dim_in]``; returns ``mu``/``logvar`` of shape ``[..., dim_out]``."""
@@ -144,7 +163,8 @@ class TokenUncertaintyHead(_LogVarHead):
     Choices: "residually combined with global video representations" is read as the transformer
     residual, so :math:`h` = mean-pooled attention output + mean-pooled (normalised) tokens, the
     latter being the global video representation; tokens are L2-normalised like the inputs of
-    :class:`GaussianEmbeddingHead`; the bias starts at ``logvar_init``.
+    :class:`GaussianEmbeddingHead`; the bias starts at ``logvar_init`` and the weights as ``logvar_weight_init``
+    says (zero: every video starts with the same log-variance).
 
     Parameters
     ----------
@@ -159,6 +179,8 @@ class TokenUncertaintyHead(_LogVarHead):
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
+    logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
+        The start of the log-variance weights, as in :class:`GaussianEmbeddingHead`.
 
     Examples
     --------
@@ -180,8 +202,10 @@ class TokenUncertaintyHead(_LogVarHead):
         logvar_init: float = -2.0,
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
+        logvar_weight_init: LogVarWeightInit = "zero",
     ) -> None:
-        super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args,
+                         logvar_weight_init=logvar_weight_init)
         self.attention = nn.MultiheadAttention(dim_in, num_heads=1, batch_first=True)
         self.norm = nn.LayerNorm(dim_in)
         self.logvar = self._logvar_layer(logvar_init)
@@ -189,7 +213,8 @@ class TokenUncertaintyHead(_LogVarHead):
     @classmethod
     def _preset_arguments(cls, preset: DABPreset, dataset: DABDatasetName | None) -> dict[str, Any]:
         settings = dab_settings(preset, dataset)
-        return {"logvar_init": settings.logvar_init, "logvar_bounds": settings.logvar_bounds}
+        return {"logvar_init": settings.logvar_init, "logvar_bounds": settings.logvar_bounds,
+                "logvar_weight_init": settings.logvar_weight_init}
 
     def forward(
         self, tokens: torch.Tensor, base_logvar: torch.Tensor | None = None, mask: torch.Tensor | None = None

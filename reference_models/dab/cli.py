@@ -1,4 +1,4 @@
-"""``python -m reference_models.dab demo|train|evaluate|validate``: the text-to-video reference model's command line.
+"""``python -m reference_models.dab demo|train|evaluate|validate|oracle``: the text-to-video reference model's command line.
 
 * ``demo --seed S --output-dir D`` -- write the embedded benchmark to ``D/data``, train the base and DAB (and,
   with ``--ablations``, DAB's ablation rows), evaluate each on the 1k-A-style and the all-captions test, print
@@ -6,6 +6,10 @@
 * ``train --data-root R --output-dir D`` -- train one variant on a data root and evaluate it.
 * ``evaluate --checkpoint D/best.pt --data-root R`` -- evaluate a trained model on a split.
 * ``validate --data-root R`` -- check a data root and print the split sizes; writes nothing.
+* ``select-tau --output-dir D`` -- apply the PAC temperature rule of the guide on the development instance
+  (:mod:`reference_models.dab.tau_selection`).
+* ``oracle --benchmark B --seeds 0,1`` -- print the oracle ceilings of the named benchmark's instances
+  (:func:`~reference_models.dab.benchmark.oracle_ceilings`); writes nothing.
 
 Bad input (a file, a video id, a flag) is one ``error: ...`` line naming it, exit status 2, nothing written.
 """
@@ -18,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
+from reference_models.dab.benchmark import BENCHMARKS, format_oracle_ceilings, oracle_ceilings
 from reference_models.dab.config import (
     BRIDGE_CONDITIONS,
     COSTS,
@@ -91,7 +96,44 @@ def build_parser() -> OneLineParser:
 
     validate = commands.add_parser("validate", help="check a data root; writes nothing")
     validate.add_argument("--data-root", type=Path, required=True, help="folder in the MSR-VTT layout")
+
+    oracle = commands.add_parser("oracle", help="print the oracle ceilings of a named benchmark's instances")
+    oracle.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="embedded", help="the named benchmark")
+    oracle.add_argument("--seeds", type=_seed_list, default=[0], help="data seeds, e.g. 0,1 (default 0)")
+
+    select = commands.add_parser("select-tau", help="choose DAB's PAC temperature rule on the development instance")
+    select.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="msrvtt-regime", help="the named benchmark")
+    select.add_argument("--output-dir", type=Path, required=True, help="instance, runs and selection.json")
+    select.add_argument("--epochs", type=int_at_least(1), help="override the preset's epochs")
+    select.add_argument("--device", type=device_arg, default="cpu", help="torch device (default: cpu)")
     return parser
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 0,1, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected integers >= 0 such as 0,1, got {text!r}")
+    return values
+
+
+def _select_tau(args: argparse.Namespace) -> int:
+    from reference_models.dab.tau_selection import select_tau_rule
+
+    result = select_tau_rule(args.output_dir, benchmark=args.benchmark, epochs=args.epochs, device=args.device)
+    for rule, f in result["figures"].items():
+        print(f"{rule}: validation R@1 {f['val_R@1']:.2f}, MnR {f['val_MnR']:.2f} (best epoch {f['best_epoch']:.0f}), "
+              f"tau {f['tau_start']:.4g} -> {f['tau_end']:.4g}, {f['seconds']:.0f} s")
+    print(f"chosen: {result['chosen']} ({result['reason']})")
+    return 0
+
+
+def _oracle(args: argparse.Namespace) -> int:
+    for seed in args.seeds:
+        print(format_oracle_ceilings(oracle_ceilings(seed, BENCHMARKS[args.benchmark])))
+    return 0
 
 
 def _load(root: Path, splits: tuple[str, ...], max_frames: int) -> dict[str, T2VSplit]:
@@ -252,5 +294,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate}[args.command]
+    handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate,
+               "oracle": _oracle, "select-tau": _select_tau}[args.command]
     return run_main(handler, args, program=argv is None)

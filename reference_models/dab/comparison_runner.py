@@ -35,10 +35,16 @@ from typing import Any, cast
 import torch
 
 from evidential_prvr.functional import kl_margin
-from reference_models.dab.benchmark import T2VBenchmarkSpec, benchmark_spec, generate_t2v_benchmark
+from reference_models.dab.benchmark import (
+    T2VBenchmarkSpec,
+    benchmark_spec,
+    generate_t2v_benchmark,
+    oracle_ceilings,
+    spec_dict,
+)
 from reference_models.dab.config import ABLATIONS, T2VConfig, ablation_config, preset
 from reference_models.dab.data import SPLITS, T2VSplit, load_t2v_split
-from reference_models.dab.diagnostics import benchmark_labels, model_diagnostics
+from reference_models.dab.diagnostics import benchmark_labels, benchmark_specificity, model_diagnostics
 from reference_models.dab.distill import distilled_model, load_teacher
 from reference_models.dab.evaluate import multi_positive_ranks, score_split
 from reference_models.dab.model import T2VModel, T2VOutput
@@ -89,13 +95,16 @@ class DABComparison:
         return ablation_config(self.config, variant)
 
     def settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = {"config": self.config.to_dict(), "benchmark": dataclasses.asdict(self.benchmark)}
+        settings: dict[str, Any] = {"config": self.config.to_dict(), "benchmark": spec_dict(self.benchmark)}
         if self.multi_positive:
             settings["multi_positive"] = MULTI_POSITIVE_SET
         return settings
 
     def prepare_data(self, folder: Path, data_seed: int) -> None:
+        """Write instance ``data_seed`` and its oracle ceilings (:func:`~reference_models.dab.benchmark.oracle_ceilings`,
+        ``ceilings.json``, which the report prints beside the models)."""
         generate_t2v_benchmark(folder, seed=data_seed, spec=self.benchmark)
+        write_json(folder / grid.CEILINGS_NAME, oracle_ceilings(data_seed, self.benchmark))
 
     def train_and_rank(self, variant: str, data: Path, out: Path, *, seed: int, device: str, resume: bool,
                        show_progress: bool) -> dict[str, QueryRanks]:
@@ -126,7 +135,8 @@ class DABComparison:
                                                                       logits=outputs["test_all"].logits)
         video_events, query_kinds = benchmark_labels(data, splits["test_all"])
         diagnostics = model_diagnostics(model, splits["test_all"], device, video_events=video_events,
-                                        query_kinds=query_kinds)
+                                        query_kinds=query_kinds,
+                                        query_specificity=benchmark_specificity(data, splits["test_all"]))
         if diagnostics is not None:
             write_json(out / DIAGNOSTICS_NAME, {"variant": variant, "set": "test_all", **diagnostics})
         return result

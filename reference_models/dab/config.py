@@ -10,16 +10,20 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from evidential_prvr.choices import LOGVAR_WEIGHT_INITS
 from reference_models.engine import check_choice, fingerprint_differences
 
-__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
+__all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "LOGVAR_WEIGHTS", "TAU_RULES", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
            "ABLATIONS", "DEMO_ABLATIONS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
-           "T2VConfig", "preset", "ablation_config"]
+           "T2VConfig", "preset", "ablation_config", "matched_tau"]
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
 #: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
-#: embeddings with the cosine and InfoNCE (DAB's "w/ Bridge" row).
-VARIANTS = ("base", "dab", "prob", "bridge")
+#: embeddings with the cosine and InfoNCE (DAB's "w/ Bridge" row); ``bridge-det`` the equal-capacity deterministic
+#: control of issue 45: the base plus DAB's mean layer (``head.gaussian_dim`` wide, started as ``head.mean_init``
+#: says) on texts and videos and the same bridge on the text mean, cosine and InfoNCE, so that it has DAB's
+#: parameters less the variance layers.
+VARIANTS = ("base", "dab", "prob", "bridge", "bridge-det")
 #: The cost of the Gaussian variants, DAB's directional KL or the squared 2-Wasserstein distance.
 COSTS = ("kl", "w2")
 #: How the Gaussian variants rank, by their cost (``cost``, DAB's) or by the squared distance between the
@@ -29,6 +33,17 @@ RANKINGS = ("cost", "mean_distance")
 #: zero bias (``identity``, so the Gaussian mean starts as the layer-normalised embedding itself, as the identity
 #: encoders start the base at the features' cosine; needs ``head.gaussian_dim = backbone.hidden``).
 MEAN_INITS = ("random", "identity")
+#: The start of the weights of DAB's two log-variance layers (the Gaussian head's and the token uncertainty head's;
+#: the library's :data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`): ``zero`` (the identity start, the default:
+#: every text and video starts at the bias's variance, so with the identity mean start DAB's cost starts as a
+#: scaled squared distance of the layer-normalised embeddings), ``small`` (PyTorch's draw times 1e-3) or ``pytorch``
+#: (PyTorch's default draw, the start of every DAB run before issue 45: a random per-dimension metric per query).
+LOGVAR_WEIGHTS = LOGVAR_WEIGHT_INITS
+#: How DAB's PAC temperature is set (``head.tau_rule``): ``fixed`` (``head.tau`` as given), ``matched`` (fixed at
+#: :func:`matched_tau`, so that DAB's starting inverse temperature on the centred cosine is the base's starting logit
+#: scale) or ``learned`` (a parameter that starts at :func:`matched_tau` and trains like the base's logit scale, its
+#: inverse temperature capped at the base's cap, :data:`~reference_models.dab.model.MAX_LOGIT_SCALE`).
+TAU_RULES = ("fixed", "matched", "learned")
 #: What DAB's bridge sees, the text Gaussian alone (``text``, one chain per text, shared by every video) or the
 #: text and its target video Gaussian (``video``, one chain per text-video pair, with the contraction bound).
 BRIDGE_CONDITIONS = ("text", "video")
@@ -100,6 +115,10 @@ class HeadSettings:
         See :data:`RANKINGS` (Gaussian variants).
     mean_init : {"random", "identity"}
         See :data:`MEAN_INITS` (Gaussian variants).
+    logvar_weights : {"zero", "small", "pytorch"}
+        See :data:`LOGVAR_WEIGHTS` (Gaussian variants).
+    tau_rule : {"fixed", "matched", "learned"}
+        See :data:`TAU_RULES` (Gaussian variants; ``tau`` is read with ``fixed`` only).
     """
 
     variant: str = "dab"
@@ -109,6 +128,8 @@ class HeadSettings:
     logit_scale: float = 20.0
     ranking: str = "cost"
     mean_init: str = "random"
+    logvar_weights: str = "zero"
+    tau_rule: str = "fixed"
 
     @property
     def gaussian(self) -> bool:
@@ -205,10 +226,13 @@ class T2VConfig:
         check_choice(self.bridge.condition, "bridge.condition", BRIDGE_CONDITIONS)
         check_choice(self.bridge.distill, "bridge.distill", DISTILL_MODES)
         check_choice(self.head.mean_init, "head.mean_init", MEAN_INITS)
+        check_choice(self.head.logvar_weights, "head.logvar_weights", LOGVAR_WEIGHTS)
+        check_choice(self.head.tau_rule, "head.tau_rule", TAU_RULES)
         if self.bridge.distill == "one-step" and (self.head.variant != "dab" or self.bridge.condition != "text"):
             raise ValueError(f'bridge.distill = "one-step" distils the text-only bridge of head.variant = "dab", got '
                              f"head.variant {self.head.variant!r} with bridge.condition {self.bridge.condition!r}")
-        if self.head.gaussian and self.head.mean_init == "identity" and self.head.gaussian_dim != self.backbone.hidden:
+        if ((self.head.gaussian or self.head.variant == "bridge-det") and self.head.mean_init == "identity"
+                and self.head.gaussian_dim != self.backbone.hidden):
             raise ValueError(f'head.mean_init = "identity" needs head.gaussian_dim = backbone.hidden '
                              f"({self.backbone.hidden}), got {self.head.gaussian_dim}")
         if self.bridge.condition == "video" and self.head.variant != "dab":
@@ -295,16 +319,20 @@ class T2VConfig:
 #: ``msrvtt-regime`` (DAB's training on the ``msrvtt-regime`` benchmark, whose features stand for frozen CLIP
 #: ones: identity-initialised feature encoders at DAB's encoder learning rate 1e-6, everything else at 1e-4,
 #: AdamW weight decay 0.02, 10 % warm-up; DAB's Gaussian at the backbone's width, 256, its mean layer starting at
-#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why). The base of a comparison is the
+#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why; since issue 45 the identity start
+#: of the log-variance weights and the learned PAC temperature, chosen by the guide's written rule on development
+#: seed 100, "The PAC temperature on the base's footing"). The base of a comparison is the
 #: same config with ``head.variant = "base"``, so it gets the same backbone treatment.
 PRESETS: dict[str, T2VConfig] = {
     "embedded": T2VConfig(),
     "msrvtt-regime": T2VConfig(
         backbone=BackboneSettings(encoder="identity"),
-        head=HeadSettings(gaussian_dim=256, mean_init="identity"),
+        head=HeadSettings(gaussian_dim=256, mean_init="identity", tau_rule="learned"),
         optim=OptimSettings(epochs=10, early_stop_patience=10, lr=1e-6, head_lr=1e-4, groups="encoders"),
     ),
 }
+#: ``msrvtt-regime-varied`` (issue 45) trains exactly as ``msrvtt-regime``.
+PRESETS["msrvtt-regime-varied"] = PRESETS["msrvtt-regime"]
 
 
 def preset(name: str) -> T2VConfig:
@@ -317,7 +345,8 @@ def preset(name: str) -> T2VConfig:
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
 #: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions, a random mean layer and PAC
-#: temperature 4 (the ``msrvtt-regime`` preset before it moved to the backbone's width). ``demo --ablations`` trains
+#: temperature 4 (the ``msrvtt-regime`` preset before it moved to the backbone's width). ``dab-logvar-pytorch`` is
+#: DAB with PyTorch's random log-variance weights (its start before issue 45, :data:`LOGVAR_WEIGHTS`). ``demo --ablations`` trains
 #: :data:`DEMO_ABLATIONS`; the comparison tool offers every one as a method (``--methods``), where
 #: ``dab-meandist`` and ``dab-onestep`` train nothing of
 #: their own: the first ranks the ``dab`` run's checkpoint, the second distils that checkpoint's bridge into one
@@ -332,14 +361,47 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-T8": {"bridge": {"n_steps": 8}},
     "dab-T64": {"bridge": {"n_steps": 64}},
     "dab-meandist": {"head": {"ranking": "mean_distance"}},
-    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random", "tau": 4.0}},
+    "dab-64": {"head": {"gaussian_dim": 64, "mean_init": "random", "tau": 4.0, "tau_rule": "fixed"}},
     "dab-onestep": {"bridge": {"distill": "one-step"}},
     "dab-meanrandom": {"head": {"mean_init": "random"}},
-    "dab-tau16": {"head": {"tau": 16.0}},
-    "dab-tau64": {"head": {"tau": 64.0}},
+    "dab-tau16": {"head": {"tau": 16.0, "tau_rule": "fixed"}},
+    "dab-tau64": {"head": {"tau": 64.0, "tau_rule": "fixed"}},
+    "dab-logvar-pytorch": {"head": {"logvar_weights": "pytorch"}},
+    "bridge-det": {"head": {"variant": "bridge-det"}},
+    "dab-tau-fixed": {"head": {"tau_rule": "fixed"}},
+    "dab-tau-matched": {"head": {"tau_rule": "matched"}},
+    "dab-tau-learned": {"head": {"tau_rule": "learned"}},
 }
 #: The rows ``python -m reference_models.dab demo --ablations`` trains besides the base and DAB.
 DEMO_ABLATIONS = ("prob", "bridge-hidden", "dab-w2", "dab-T8", "dab-T64")
+
+
+def matched_tau(head: HeadSettings) -> float:
+    """The PAC temperature at which DAB starts with the base's inverse temperature (``head.tau_rule = "matched"``).
+
+    At the identity start (identity mean layer, zero log-variance weights, identity bridge) every Gaussian has the
+    log-variance bias :math:`b` (DAB, Key Design 1: -2), so the KL cost of Key Design 3 is
+    :math:`C = \\tfrac12 e^{-b} \\lVert \\mu_v - \\hat\\mu_t \\rVert^2` and, the means being layer-normalised
+    embeddings of squared norm :math:`D`, :math:`C = D e^{-b} (1 - \\rho)` with :math:`\\rho` their centred cosine.
+    The PAC logits :math:`-C/\\tau` (Key Design 3) then have the inverse temperature :math:`D e^{-b} / \\tau` on
+    :math:`\\rho`, against the base's ``logit_scale`` on its cosine; equal when :math:`\\tau = D e^{-b} /`
+    ``logit_scale`` (94.6 at :math:`D = 256`, :math:`b = -2`, scale 20; the fixed 4 was an inverse temperature of
+    473).
+
+    Parameters
+    ----------
+    head : HeadSettings
+        The head (its ``gaussian_dim`` and ``logit_scale``; :math:`b` is the library's
+        :func:`~evidential_prvr.presets.dab_settings` ``logvar_init``, which the model's heads use).
+
+    Returns
+    -------
+    float
+        :math:`\\tau`.
+    """
+    from evidential_prvr.presets import dab_settings
+
+    return head.gaussian_dim * math.exp(-dab_settings("paper").logvar_init) / head.logit_scale
 
 
 def ablation_config(config: T2VConfig, name: str) -> T2VConfig:

@@ -28,6 +28,14 @@ For the queries of a split (normally the all-captions test) and its videos, :fun
   cost against its rank by the mean part alone, as the share of queries whose rank ``changed``, the
   ``mean_abs_change`` of the rank, the shares it ``helped`` (moved up) and ``hurt``, and R@1 both ways
   (``top1_full``, ``top1_mean_part``, as fractions), also ``by_kind.<kind>`` of caption;
+* ``variance_free``: the cost split instead into a **variance-free mean term**, the cost of the means alone with
+  unit variances on both sides (:func:`variance_free_split`: KL :math:`\\tfrac12\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`,
+  :math:`W_2^2` :math:`\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`), and the rest (everything the variances do, the
+  division of the mean distance by :math:`\\hat\\sigma^2_t` included; either sign): ``mean_term_share`` (the mean
+  term's share of the summed cost over every pair) and ``moves``, the own video's rank by the whole cost against
+  its rank by the mean term alone, as in ``variance_moves`` (also ``by_kind.<kind>``). Unlike the mean part above,
+  which divides by the text variance, this term leaves the variances out entirely, so "decided by the means" read
+  off it does rule the variances out;
 * ``scale``: the mean norm of the (bridged) text means and of the video means (unnormalised, against the unit
   vectors of the cosine) and ``cost_sd_per_query``, the mean over queries of the s.d. of the cost over the videos
   (divided by the PAC temperature it is the spread of the PAC logits, to set against the base's scaled cosine).
@@ -51,7 +59,8 @@ from evidential_prvr.probabilistic import ConditionedDistributionBridge, Diagona
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel
 
-__all__ = ["benchmark_labels", "cost_parts", "format_diagnostics", "gaussian_diagnostics", "model_diagnostics"]
+__all__ = ["benchmark_labels", "benchmark_specificity", "cost_parts", "format_diagnostics", "gaussian_diagnostics",
+           "model_diagnostics", "spearman_interval", "variance_free_split"]
 
 
 def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor, text_logvar: torch.Tensor,
@@ -61,6 +70,40 @@ def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torc
     v_mu, v_lv = (video_mu[None], video_logvar[None]) if video_mu.dim() == 2 else (video_mu, video_logvar)
     mean, variance = _parts(v_mu, v_lv, text_mu[:, None, :], text_logvar[:, None, :], cost)
     return mean.expand(text_mu.shape[0], -1), variance.expand(text_mu.shape[0], -1)
+
+
+def variance_free_split(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor,
+                        text_logvar: torch.Tensor, cost: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
+    """The cost of every text against every video split into its variance-free mean term and the rest.
+
+    The mean term is the library's paired cost of the two means with unit variances on both sides (KL:
+    :math:`\\tfrac12\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`, :math:`W_2^2`: :math:`\\lVert\\mu_v - \\hat\\mu_t\\rVert^2`; DAB,
+    Key Design 3's cost :math:`D_{\\mathrm{KL}}(Q_v \\| \\hat P_t)` with the variances set to one), so it depends on
+    the distances of the means alone; the rest is the cost minus it (the variance part and the variance-weighting of
+    the mean distance), of either sign.
+
+    Parameters
+    ----------
+    video_mu, video_logvar : torch.Tensor
+        ``[V, D]`` video Gaussians, or ``[q, V, D]`` when each text has its own.
+    text_mu, text_logvar : torch.Tensor
+        ``[q, D]`` (bridged) text Gaussians.
+    cost : {"kl", "w2"}
+        The cost.
+
+    Returns
+    -------
+    mean_term, rest : torch.Tensor
+        Each ``[q, V]``; their sum is the cost.
+    """
+    mean, variance = cost_parts(video_mu, video_logvar, text_mu, text_logvar, cost)
+    v_mu = video_mu[None] if video_mu.dim() == 2 else video_mu
+    t_mu = text_mu[:, None, :]
+    shape = torch.broadcast_shapes(v_mu.shape, t_mu.shape)
+    unit = torch.zeros(shape, dtype=v_mu.dtype, device=v_mu.device)
+    paired = paired_gaussian_kl if cost == "kl" else paired_wasserstein2
+    term = paired(v_mu.expand(shape), unit, t_mu.expand(shape), unit)
+    return term, mean + variance - term
 
 
 def _parts(v_mu: torch.Tensor, v_lv: torch.Tensor, t_mu: torch.Tensor, t_lv: torch.Tensor,
@@ -137,28 +180,35 @@ def gaussian_diagnostics(text: DiagonalGaussian, bridged: DiagonalGaussian, vide
         "cosine_to_own": float(cosine.mean()) if moved.any() else 0.0,
         "own_cost_before": float(own_before.mean()), "own_cost_after": float(own_after.mean()),
     }
-    mean_total = variance_total = 0.0
+    mean_total = variance_total = free_total = 0.0
     v_mu, v_lv, bl = video.mu.double(), video.logvar.double(), bridged.logvar.double()
-    full_ranks, mean_ranks, spread = [], [], []
+    full_ranks, mean_ranks, free_ranks, spread = [], [], [], []
     for start in range(0, t_mu.shape[0], chunk):
         mean, variance = cost_parts(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
+        free, _rest = variance_free_split(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
         mean_total += float(mean.sum())
         variance_total += float(variance.sum())
+        free_total += float(free.sum())
         own_rows = query_video[start:start + chunk]
         full_ranks.append(ranks_of_ground_truth(-(mean + variance), own_rows))
         mean_ranks.append(ranks_of_ground_truth(-mean, own_rows))
+        free_ranks.append(ranks_of_ground_truth(-free, own_rows))
         spread.append((mean + variance).std(dim=-1))
     own_mean, own_variance = float(own_parts[0].sum()), float(own_parts[1].sum())
     result["variance_share"] = {
         "all_pairs": variance_total / (mean_total + variance_total) if mean_total + variance_total > 0 else 0.0,
         "own_pairs": own_variance / (own_mean + own_variance) if own_mean + own_variance > 0 else 0.0,
     }
-    full, by_mean = torch.cat(full_ranks), torch.cat(mean_ranks)
+    full, by_mean, by_free = torch.cat(full_ranks), torch.cat(mean_ranks), torch.cat(free_ranks)
+    total = mean_total + variance_total
     result["variance_moves"] = _moves(full, by_mean)
+    result["variance_free"] = {"mean_term_share": free_total / total if total > 0 else 0.0,
+                               "moves": _moves(full, by_free)}
     if query_kinds is not None:
         for kind in sorted(set(query_kinds)):
             rows = torch.tensor([k == kind for k in query_kinds])
             result["variance_moves"][f"by_kind.{kind}"] = _moves(full[rows], by_mean[rows])
+            result["variance_free"]["moves"][f"by_kind.{kind}"] = _moves(full[rows], by_free[rows])
     result["scale"] = {"text_mean_norm": float(b_mu.norm(dim=-1).mean()),
                        "video_mean_norm": float(v_mu.norm(dim=-1).mean()),
                        "cost_sd_per_query": float(torch.cat(spread).mean())}
@@ -177,14 +227,16 @@ def _moves(full: torch.Tensor, by_mean: torch.Tensor) -> dict[str, float]:
 @torch.no_grad()
 def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | str = "cpu", *,
                       video_events: Sequence[int] | None = None, query_kinds: Sequence[str] | None = None,
-                      query_chunk: int = 128) -> dict[str, Any] | None:
+                      query_chunk: int = 128, query_specificity: Sequence[float] | None = None) -> dict[str, Any] | None:
     """:func:`gaussian_diagnostics` of ``model`` on ``split`` (``None`` for the cosine heads ``base`` and ``bridge``).
 
     With X-Pool pooling a video's Gaussian depends on the text; each query's own video Gaussian (pooled for that
     query) stands for the video, and the video statistics are averaged over queries instead of videos. With the
     video-conditioned bridge (``bridge.condition = "video"``) a text is bridged once per video; ``bridged`` is
     each text bridged toward its own video, and ``variance_share.all_pairs`` is left out (only the own pairs
-    are computed).
+    are computed). With ``query_specificity`` (:func:`benchmark_specificity`) the result also holds
+    ``text_sigma2_vs_specificity``: :func:`spearman_interval` of each query's mean text variance (before the bridge)
+    and its drawn specificity (a variance that tracks how much a caption says correlates negatively).
     """
     if not model.plan.gaussian:
         return None
@@ -222,11 +274,14 @@ def model_diagnostics(model: T2VModel, split: T2VSplit, device: torch.device | s
         video_events = None if video_events is None else [video_events[int(v)] for v in split.query_video]
     result = gaussian_diagnostics(text, bridge, video, query_video, cost=model.config.head.cost,
                                   video_events=video_events, query_kinds=query_kinds)
+    if query_specificity is not None:
+        result["text_sigma2_vs_specificity"] = spearman_interval(text.logvar.double().exp().mean(-1),
+                                                                 list(query_specificity))
     if gallery.video is None:
         result["videos"] = split.num_videos
     if gallery.video is None or model.plan.bridge == "video":
         result["variance_share"].pop("all_pairs")  # per-pair Gaussians: only the own pairs are computed
-        del result["variance_moves"], result["scale"]["cost_sd_per_query"]  # these need every pair too
+        del result["variance_moves"], result["variance_free"], result["scale"]["cost_sd_per_query"]  # every pair too
     return result
 
 
@@ -245,6 +300,71 @@ def benchmark_labels(root: str | Path, split: T2VSplit) -> tuple[list[int] | Non
         events.setdefault(video, int(label["events"]))
     video_events = [events[v] for v in range(split.num_videos)] if len(events) == split.num_videos else None
     return video_events, [str(label["kind"]) for label in labels]
+
+
+def benchmark_specificity(root: str | Path, split: T2VSplit) -> list[float] | None:
+    """Each query's drawn specificity from ``root/benchmark_meta.json`` (``msrvtt-regime-varied``: ``named`` / 4 x
+    (``caption_noise`` / ``noise``) squared), or ``None`` when the instance does not record it.
+
+    Parameters
+    ----------
+    root : str or pathlib.Path
+        The data root.
+    split : T2VSplit
+        The split whose queries are read.
+
+    Returns
+    -------
+    list of float or None
+        One specificity per query of ``split``.
+    """
+    path = Path(root) / "benchmark_meta.json"
+    if not path.is_file():
+        return None
+    sentences = json.loads(path.read_text(encoding="utf-8"))["sentences"]
+    labels = [sentences.get(str(i)) or {} for i in split.sen_ids]
+    if not labels or any("specificity" not in label for label in labels):
+        return None
+    return [float(label["specificity"]) for label in labels]
+
+
+def spearman_interval(x: Sequence[float] | torch.Tensor, y: Sequence[float] | torch.Tensor, *, n_boot: int = 1000,
+                      seed: int = 0) -> dict[str, float]:
+    """Spearman's rank correlation of ``x`` and ``y`` with a 95 % percentile bootstrap interval over the pairs.
+
+    Parameters
+    ----------
+    x, y : sequence of float or torch.Tensor
+        Paired values (e.g. each caption's mean text variance and its drawn specificity), at least 3.
+    n_boot : int
+        Bootstrap replicates (at least 100).
+    seed : int
+        Seed of the replicates.
+
+    Returns
+    -------
+    dict
+        ``{"spearman", "low", "high", "n"}``.
+    """
+    import numpy as np
+    from scipy.stats import rankdata
+
+    a, b = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if a.shape != b.shape or a.size < 3:
+        raise ValueError(f"x and y must be paired sequences of at least 3 values, got sizes {a.size} and {b.size}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot must be an integer >= 100, got {n_boot!r}")
+
+    def rho(rx: np.ndarray, ry: np.ndarray) -> np.ndarray:  # Pearson of the ranks, row by row
+        rx, ry = rx - rx.mean(-1, keepdims=True), ry - ry.mean(-1, keepdims=True)
+        den = np.sqrt((rx**2).sum(-1) * (ry**2).sum(-1))
+        return np.where(den > 0, (rx * ry).sum(-1) / np.where(den > 0, den, 1.0), 0.0)
+
+    idx = np.random.default_rng(seed).integers(a.size, size=(n_boot, a.size))
+    boot = rho(rankdata(a[idx], axis=1), rankdata(b[idx], axis=1))
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {"spearman": float(rho(rankdata(a), rankdata(b))), "low": float(low), "high": float(high),
+            "n": float(a.size)}
 
 
 def format_diagnostics(diagnostics: dict[str, Any]) -> str:
@@ -266,4 +386,10 @@ def format_diagnostics(diagnostics: dict[str, Any]) -> str:
     share = diagnostics["variance_share"]
     lines.append("variance share of the cost: " + ", ".join(f"{k.replace('_', ' ')} {100 * v:.1f} %"
                                                              for k, v in share.items()))
+    free = diagnostics.get("variance_free")
+    if free is not None:
+        moves = free["moves"]
+        lines.append(f"variance-free mean term: {100 * free['mean_term_share']:.1f} % of the cost; ranking by it alone "
+                     f"changes {100 * moves['changed']:.1f} % of the own ranks (R@1 {100 * moves['top1_full']:.1f} "
+                     f"with the whole cost, {100 * moves['top1_mean_part']:.1f} by the mean term)")
     return "\n".join(lines)

@@ -84,8 +84,8 @@ def evaluate_split(model: T2VModel, split: T2VSplit, device: torch.device | str 
     output = score_split(model, split, device)
     result: dict[str, object] = dict(retrieval_metrics(output.logits, split.query_video))
     if selective:
-        head = model.config.head
-        result.update(selective_metrics(output, split.query_video, head.tau if head.gaussian else 1.0))
+        temperature = float(model.pac_tau().detach()) if model.config.head.gaussian else 1.0
+        result.update(selective_metrics(output, split.query_video, temperature))
     return result
 
 

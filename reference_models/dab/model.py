@@ -12,7 +12,10 @@ stand-in for pretrained CLIP encoders: the untrained model ranks by the features
   :class:`~evidential_prvr.probabilistic.TokenUncertaintyHead` for the video variance, the
   :class:`~evidential_prvr.probabilistic.DistributionBridge` on the text Gaussian, and the cost
   :math:`C_{ij} = D_{\\mathrm{KL}}(Q_{v_j} \\| \\hat P_{t_i})` (or :math:`W_2^2`); ranking by :math:`-C`;
-* ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head.
+* ``prob`` -- the same without the bridge; ``bridge`` -- the bridge on the text point embedding, cosine head;
+* ``bridge-det`` -- the equal-capacity deterministic control: the base plus DAB's mean layer (on texts and videos)
+  and the same bridge on the text side, cosine head and InfoNCE; DAB less its variance layers (the Gaussian head's
+  log-variance LayerNorm and Linear and the token uncertainty head), plus the base's logit scale.
 
 How a model scores is resolved once from its config into its :class:`HeadPlan` (``model.plan``): Gaussian cost
 or cosine, which bridge, which cost function, which ranking. In the ``bridge`` variant X-Pool attends with the
@@ -37,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evidential_prvr.choices import LogVarWeightInit
 from evidential_prvr.functional import (
     combine_video_log_variances,
     paired_gaussian_kl,
@@ -54,7 +58,7 @@ from evidential_prvr.probabilistic import (
     KLSources,
     TokenUncertaintyHead,
 )
-from reference_models.dab.config import T2VConfig
+from reference_models.dab.config import T2VConfig, matched_tau
 
 __all__ = ["T2VModel", "T2VOutput", "Gallery", "HeadPlan", "XPoolAttention", "PAIR_BLOCK", "MAX_LOGIT_SCALE"]
 
@@ -102,7 +106,8 @@ class HeadPlan:
         """The plan of ``config`` (its ``head`` and ``bridge`` sections)."""
         h = config.head
         bridge: Literal["none", "text", "video"] = (
-            "video" if config.bridge.condition == "video" else "text" if h.variant in ("dab", "bridge") else "none")
+            "video" if config.bridge.condition == "video" else "text" if h.variant in ("dab", "bridge", "bridge-det")
+            else "none")
         kl = h.cost == "kl"
         return cls(h.gaussian, bridge, pairwise_gaussian_kl if kl else pairwise_wasserstein2,
                    paired_gaussian_kl if kl else paired_wasserstein2, h.ranking == "mean_distance", kl)
@@ -118,10 +123,13 @@ class T2VOutput:
         ``[Q, V]``, higher = better: the ranking score (scaled cosine, or ``-cost`` for Gaussian heads).
     cost : torch.Tensor or None
         ``[Q, V]`` Gaussian cost (lower = better), ``None`` for the cosine heads.
+    tau : torch.Tensor or None
+        The learned PAC temperature (``head.tau_rule = "learned"``, with its gradient), else ``None``.
     """
 
     logits: torch.Tensor
     cost: torch.Tensor | None
+    tau: torch.Tensor | None = None
 
 
 @dataclass
@@ -200,7 +208,7 @@ class T2VModel(nn.Module):
     Examples
     --------
     >>> import torch
-    >>> from reference_models.dab.config import T2VConfig
+    >>> from reference_models.dab.config import T2VConfig, matched_tau
     >>> from reference_models.dab.model import T2VModel
     >>> model = T2VModel(16, 8, T2VConfig().replace(bridge={"n_steps": 4}))
     >>> out = model(torch.randn(3, 8), torch.randn(5, 12, 16), torch.ones(5, 12, dtype=torch.bool))
@@ -245,18 +253,32 @@ class T2VModel(nn.Module):
                     nn.init.zeros_(linear.bias)
         s = config.bridge
         narrow = h.variant == "bridge" and bool(s.point_dim)  # the bridge-only variant at a chosen width
-        point_dim = s.point_dim if narrow else b.hidden  # the width the cosine variants pool and bridge at
+        deterministic = h.variant == "bridge-det"  # the equal-capacity control: DAB's mean layer and bridge, cosine
+        # the width the cosine variants pool and bridge at
+        point_dim = s.point_dim if narrow else h.gaussian_dim if deterministic else b.hidden
         self.xpool = XPoolAttention(point_dim, b.heads) if b.pooling == "xpool" else None
         if h.gaussian:
-            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim)
-            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim)
+            start = cast(LogVarWeightInit, h.logvar_weights)  # checked by the config
+            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim, logvar_weight_init=start)
+            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim, logvar_weight_init=start)
             if h.mean_init == "identity":  # the Gaussian mean starts as the (layer-normalised) embedding itself
                 nn.init.eye_(self.gaussian_head.mean.weight)
                 nn.init.zeros_(self.gaussian_head.mean.bias)
+            self.tau_start = h.tau if h.tau_rule == "fixed" else matched_tau(h)
+            # the base's cap on its inverse temperature, in DAB's units (matched/learned: scale = logit_scale at start)
+            self.tau_floor = self.tau_start * h.logit_scale / MAX_LOGIT_SCALE
+            self.log_tau = (nn.Parameter(torch.tensor(self.tau_start).log()) if h.tau_rule == "learned" else None)
         else:
             self.log_scale = nn.Parameter(torch.tensor(float(h.logit_scale)).log())
         self.bridge: DistributionBridge | ConditionedDistributionBridge | None = None  # as self.plan.bridge says
         self.point_proj = nn.Linear(b.hidden, point_dim) if narrow else None
+        self.point_norm: nn.LayerNorm | None = None
+        self.point_mean: nn.Linear | None = None
+        if deterministic:  # DAB's mean layer (Key Design 1: L2-normalise, LayerNorm, Linear) without the variances
+            self.point_norm, self.point_mean = nn.LayerNorm(b.hidden), nn.Linear(b.hidden, point_dim)
+            if h.mean_init == "identity":
+                nn.init.eye_(self.point_mean.weight)
+                nn.init.zeros_(self.point_mean.bias)
         if self.plan.bridge == "video":
             self.bridge = ConditionedDistributionBridge(h.gaussian_dim, s.n_steps, s.total_steps,
                                                         contraction=s.contraction, time_dim=s.time_dim)
@@ -315,9 +337,19 @@ class T2VModel(nn.Module):
         return cast(XPoolAttention, self.xpool)(text, self._at_width(gallery.tokens), gallery.mask)
 
     def _at_width(self, embeddings: torch.Tensor) -> torch.Tensor:
+        if self.point_mean is not None:  # bridge-det: DAB's mean layer on the L2-normalised embedding
+            return self.point_mean(cast(nn.LayerNorm, self.point_norm)(F.normalize(embeddings, dim=-1)))
         return embeddings if self.point_proj is None else self.point_proj(embeddings)
 
     # --- heads ----------------------------------------------------------------------------------------
+    def pac_tau(self) -> torch.Tensor:
+        """The PAC temperature of a Gaussian head (``head.tau_rule``, :data:`~reference_models.dab.config.TAU_RULES`):
+        ``head.tau``, :func:`~reference_models.dab.config.matched_tau`, or the learned one (a 0-d tensor with its
+        gradient; at least ``tau_floor``, the base's logit-scale cap)."""
+        if self.log_tau is None:
+            return torch.tensor(self.tau_start)
+        return self.log_tau.exp().clamp(min=self.tau_floor)
+
     def text_bridge(self) -> DistributionBridge:
         """The text-only bridge a query goes through: the distilled one-step student once the distillation stage
         has trained it (:func:`~reference_models.dab.distill.distill_one_step` sets ``student_ready``), else the
@@ -373,8 +405,8 @@ class T2VModel(nn.Module):
         return T2VOutput(torch.cat(logits, dim=1), torch.cat(costs, dim=1))
 
     def _cosine_logits(self, text: torch.Tensor, gallery: Gallery) -> torch.Tensor:
-        if self.point_proj is not None:  # the bridge-only variant at its own width: project, then bridge
-            text = self.point_proj(text)
+        if self.point_proj is not None or self.point_mean is not None:  # project (or DAB's mean layer), then bridge
+            text = self._at_width(text)
         if self.plan.bridge == "text":  # deterministic bridge on the point embedding; the log-variance is inert
             text = cast(DistributionBridge, self.bridge)(text, torch.zeros_like(text)).mu
         # X-Pool attends with the bridged text
@@ -390,5 +422,7 @@ class T2VModel(nn.Module):
     def score(self, text_emb: torch.Tensor, gallery: Gallery) -> T2VOutput:
         """Scores of text embeddings ``[Q, hidden]`` (:meth:`encode_text`) against a :class:`Gallery`."""
         if self.plan.gaussian:
-            return self._gaussian_cost(text_emb, gallery)
+            output = self._gaussian_cost(text_emb, gallery)
+            output.tau = None if self.log_tau is None else self.pac_tau()
+            return output
         return T2VOutput(self._cosine_logits(text_emb, gallery), None)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from evidential_prvr.functional import info_nce_loss, pac_loss
-from reference_models.dab.config import HeadSettings, T2VConfig
+from reference_models.dab.config import HeadSettings, T2VConfig, matched_tau
 from reference_models.dab.data import T2VSplit, TrainBatches
 from reference_models.dab.evaluate import evaluate_split, score_split
 from reference_models.dab.model import T2VModel, T2VOutput
@@ -40,14 +40,18 @@ class T2VObjective(nn.Module):
 
     Both are the sum of the text-to-video and the video-to-text cross-entropy over the in-batch ``[B, B]``
     scores with positives on the diagonal (:func:`evidential_prvr.functional.info_nce_loss`,
-    :func:`evidential_prvr.functional.pac_loss` with temperature ``head.tau``).
+    :func:`evidential_prvr.functional.pac_loss` with the temperature of ``head.tau_rule``: ``head.tau``,
+    :func:`~reference_models.dab.config.matched_tau`, or the model's learned one, which the output carries).
     """
 
     def __init__(self, head: HeadSettings) -> None:
         super().__init__()
-        self.gaussian, self.tau = head.gaussian, head.tau
+        self.gaussian = head.gaussian
+        self.tau = head.tau if head.tau_rule == "fixed" else matched_tau(head)
 
     def forward(self, output: T2VOutput) -> T2VLoss:
+        if self.gaussian and output.tau is not None:  # learned: -C / tau with tau's gradient (tau = 1 inside)
+            return T2VLoss(pac_loss(cast(torch.Tensor, output.cost) / output.tau, 1.0), "pac")
         if self.gaussian:
             return T2VLoss(pac_loss(cast(torch.Tensor, output.cost), self.tau), "pac")  # Gaussian heads: a cost
         labels = torch.arange(output.logits.shape[0], device=output.logits.device)
@@ -113,7 +117,8 @@ class T2VTask(TrainingTask):
             groups = [{"params": [p for p in params if id(p) in encoder_ids], "lr": o.lr},
                       {"params": [p for p in params if id(p) not in encoder_ids], "lr": o.head_lr}]
             return torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o.weight_decay)
-        dab_parts = [getattr(model, n) for n in ("gaussian_head", "token_head", "bridge") if getattr(model, n, None)]
+        dab_parts = [getattr(model, n) for n in ("gaussian_head", "token_head", "bridge", "point_norm", "point_mean")
+                     if getattr(model, n, None)]
         head_ids = {id(p) for part in dab_parts for p in part.parameters()}
         groups = [{"params": [p for p in params if id(p) not in head_ids], "lr": o.lr}]
         if head_ids:

@@ -16,6 +16,9 @@ This module is the task-agnostic half of it:
 * :func:`read_runs` / :func:`collect_ranks` -- every finished run's ranks, as the arrays the statistics take;
 * :func:`collect_diagnostics` -- the runs' optional ``diagnostics.json`` (numbers a task reports about a
   trained model, e.g. DAB's uncertainty diagnostics), averaged per model;
+* :func:`collect_ceilings` -- the benchmark instances' optional ``ceilings.json`` (what an oracle scorer of the
+  instance's hidden variables reaches, per set and query type, e.g. DAB's Bayes-optimal scorer), averaged over
+  the data seeds, which the report prints beside the models;
 * :func:`format_report` and :func:`draw_report` -- the table and the figure of a ``results.json``.
 
 The statistics (:func:`evidential_prvr.metrics.compare_runs`) are applied by the command line that sits above
@@ -40,6 +43,7 @@ from reference_models.engine.reporting import format_table
 from reference_models.engine.run_folder import RunLock, prepare_output_folder
 
 __all__ = [
+    "CEILINGS_NAME",
     "DIAGNOSTICS_NAME",
     "FOLDER_FORMAT",
     "PLAN_NAME",
@@ -49,6 +53,7 @@ __all__ = [
     "QueryRanks",
     "RunRecord",
     "check_plan",
+    "collect_ceilings",
     "collect_diagnostics",
     "collect_ranks",
     "data_folder",
@@ -70,6 +75,10 @@ RANKS_NAME = "ranks.json"
 #: A run's optional diagnostics (a JSON object whose numbers the report averages per model), written by the
 #: task's runner into the run folder before ``ranks.json``.
 DIAGNOSTICS_NAME = "diagnostics.json"
+#: A benchmark instance's oracle ceilings, in its data folder (written by the runner's ``prepare_data``, optional):
+#: ``{"scorers": [name, ...], "sets": {set: {scorer: {query type: {metric: value}}}}, "statements": [line, ...]}``
+#: (query type ``all`` for every query).
+CEILINGS_NAME = "ceilings.json"
 _DATA_DONE = "prepared.json"
 
 
@@ -487,6 +496,63 @@ def collect_diagnostics(records: Iterable[RunRecord], spec: ComparisonSpec) -> d
     return result
 
 
+def collect_ceilings(out: str | Path, data_seeds: Sequence[int]) -> dict[str, Any]:
+    """The oracle ceilings (:data:`CEILINGS_NAME`) of the benchmark instances ``data_seeds`` of ``out``.
+
+    Parameters
+    ----------
+    out : str or pathlib.Path
+        The comparison folder.
+    data_seeds : sequence of int
+        The instances whose ceilings to read (those of the compared runs).
+
+    Returns
+    -------
+    dict
+        ``{"data_seeds", "scorers", "mean": {set: {scorer: {query type: {metric: value}}}}, "statements": {data
+        seed: [line, ...]}}``, each value the mean over the instances that have it; ``{}`` when no instance has a
+        ceilings file (a folder prepared before they existed, or a task without them).
+    """
+    found: dict[int, Any] = {}
+    for data_seed in data_seeds:
+        path = data_folder(Path(out), data_seed) / CEILINGS_NAME
+        if path.is_file():
+            found[int(data_seed)] = _read_json(path)
+    if not found:
+        return {}
+    values: dict[tuple[str, str, str, str], list[float]] = {}
+    for content in found.values():
+        for set_name, by_scorer in content["sets"].items():
+            for scorer, by_type in by_scorer.items():
+                for kind, metrics in by_type.items():
+                    for metric, value in metrics.items():
+                        values.setdefault((set_name, scorer, kind, metric), []).append(float(value))
+    mean: dict[str, Any] = {}
+    for (set_name, scorer, kind, metric), numbers in values.items():
+        mean.setdefault(set_name, {}).setdefault(scorer, {}).setdefault(kind, {})[metric] = float(np.mean(numbers))
+    first = next(iter(found.values()))
+    return {"data_seeds": sorted(found), "scorers": list(first["scorers"]), "mean": mean,
+            "statements": {str(k): list(v.get("statements", [])) for k, v in found.items()}}
+
+
+def _ceiling_rows(block: dict[str, Any], ceilings: dict[str, Any], results: dict[str, Any],
+                  set_name: str) -> list[list[str]]:
+    """Per query type, each headline metric of the two models (their means) beside every oracle scorer's."""
+    method, base, scorers = results["method"], results["base"], ceilings["scorers"]
+    by_scorer = ceilings["mean"][set_name]
+    rows = [["query type", *(f"{m}: {method} / {base} / " + " / ".join(f"oracle {s}" for s in scorers)
+                             for m in results["headline"])]]
+    types = {"all": block["metrics"], **{k: v["metrics"] for k, v in (block.get("per_type") or {}).items()}}
+    for kind, metrics in types.items():
+        cells = []
+        for metric in results["headline"]:
+            oracle = [_fmt(by_scorer.get(s, {}).get(kind, {}).get(metric)) for s in scorers]
+            cells.append(" / ".join([_fmt(metrics[metric]["method"]["mean"]), _fmt(metrics[metric]["base"]["mean"]),
+                                     *oracle]))
+        rows.append([kind, *cells])
+    return rows
+
+
 # --- the report ----------------------------------------------------------------------------------------
 def _fmt(value: float | None, digits: int = 2) -> str:
     if value is None or not np.isfinite(value):
@@ -533,6 +599,11 @@ def format_report(results: dict[str, Any]) -> str:
                                   *(f"{_fmt(sub['metrics'][m]['difference'])} [{_fmt(sub['metrics'][m]['low'])}, "
                                     f"{_fmt(sub['metrics'][m]['high'])}]" for m in results["headline"])])
             lines.append(format_table(type_rows))
+        ceilings = results.get("ceilings") or {}
+        if set_name in ceilings.get("mean", {}):
+            lines.append(f"beside the oracle ceilings (means over data seeds {ceilings['data_seeds']}; "
+                         f"{CEILINGS_NAME} of each instance):")
+            lines.append(format_table(_ceiling_rows(block, ceilings, results, set_name)))
         lines.append("")
     for variant, block in (results.get("diagnostics") or {}).items():
         lines.append(f"diagnostics of {variant} (diagnostics.json, mean ± sd over {block['runs']} runs):")
@@ -540,6 +611,8 @@ def format_report(results: dict[str, Any]) -> str:
         rows += [[key, f"{_fmt(value, 4)} ± {_fmt(block['sd'][key], 4)}"] for key, value in block["mean"].items()]
         lines.append(format_table(rows))
         lines.append("")
+    for data_seed, statements in (results.get("ceilings") or {}).get("statements", {}).items():
+        lines += [f"oracle, data seed {data_seed}: {line}" for line in statements]
     lines.append(f"verdict ({results['primary_set']}, headline {', '.join(results['headline'])}): "
                  f"{results['verdict']['text']}")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from reference_models.compare import build_results
-from reference_models.dab.benchmark import BENCHMARKS
+from reference_models.dab.benchmark import BENCHMARKS, oracle_ceilings
 from reference_models.dab.cli import load_trained
 from reference_models.dab.comparison_runner import DIAGNOSTICS_NAME, MULTI_POSITIVE_SET, DABComparison
 from reference_models.dab.config import preset
@@ -76,3 +76,35 @@ def test_generic_multi_set_and_diagnostics_of_a_comparison_run(tmp_path: Path) -
     assert any(key.startswith("video_sigma2_by_events.") for key in mean)
     report = grid.format_report(results)
     assert "diagnostics of dab" in report and "sigma2.video" in report and MULTI_POSITIVE_SET in report
+    # the oracle ceilings: written with the instance, carried by the results when the folder is given, printed
+    assert "ceilings" not in results and "oracle" not in report
+    saved = json.loads((data / grid.CEILINGS_NAME).read_text())
+    assert saved == json.loads(json.dumps(oracle_ceilings(0, TINY_REGIME)))
+    results = build_results(grid.read_runs(tmp_path), grid.read_plan(tmp_path), n_boot=100, out=tmp_path)
+    assert results["ceilings"]["data_seeds"] == [0]
+    assert results["ceilings"]["mean"]["test"]["bayes"]["specific"] == saved["sets"]["test"]["bayes"]["specific"]
+    report = grid.format_report(results)
+    assert "beside the oracle ceilings" in report and "oracle bayes / oracle deterministic" in report
+    table = report.split("beside the oracle ceilings")[2]  # the test_all set's (test, test_all, generic_multi)
+    oracle = saved["sets"]["test_all"]
+    for kind in ("all", "specific", "generic"):
+        row = next(line for line in table.splitlines() if line.startswith(kind + " "))
+        metrics = results["sets"]["test_all"]["metrics"] if kind == "all" else \
+            results["sets"]["test_all"]["per_type"][kind]["metrics"]
+        expected = " / ".join([f"{metrics['R@1']['method']['mean']:.2f}", f"{metrics['R@1']['base']['mean']:.2f}",
+                               f"{oracle['bayes'][kind]['R@1']:.2f}", f"{oracle['deterministic'][kind]['R@1']:.2f}"])
+        assert expected in row, (expected, row)
+    assert all(f"oracle, data seed 0: {line}" in report for line in saved["statements"])
+
+
+def test_a_varied_regime_run_correlates_the_text_variance_with_the_drawn_specificity(tmp_path: Path) -> None:
+    varied = dataclasses.replace(BENCHMARKS["msrvtt-regime-varied"], n_train=24, n_val=6, n_test=12, topics=3,
+                                 events_per_topic=4, frames=6, feature_dims=(16, 16))
+    runner = DABComparison(TINY_REGIME_CONFIG, varied, multi_positive=True)
+    grid.run_grid(runner, tmp_path, seeds=[0], data_seeds=[0], log=lambda line: None)
+    saved = json.loads((tmp_path / "runs" / "data0" / "seed0" / "dab" / DIAGNOSTICS_NAME).read_text())
+    corr = saved["text_sigma2_vs_specificity"]
+    assert corr["n"] == len(load_t2v_split(grid.data_folder(tmp_path, 0), "test_all", max_frames=6).sen_ids)
+    assert -1.0 <= corr["low"] <= corr["high"] <= 1.0
+    assert json.loads((grid.data_folder(tmp_path, 0) / grid.CEILINGS_NAME).read_text())["scorers"] == [
+        "bayes", "no_generic", "deterministic"]
