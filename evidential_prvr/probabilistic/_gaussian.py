@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from evidential_prvr._checks import check_positive_int, check_tensor
+from evidential_prvr.choices import LogVarWeightInit
 from evidential_prvr.functional._gaussian import DiagonalGaussian, pairwise_gaussian_kl
 from evidential_prvr.probabilistic import _input_checks
 from evidential_prvr.probabilistic._dab import (
@@ -119,6 +120,9 @@ class DABAlignment(_InputChecks):
         Bridge settings, see :class:`DistributionBridge`.
     logvar_bounds : tuple of float
         Log-variance clipping range used by all heads and the bridge; default ``(-6.0, 2.0)``.
+    logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
+        The start of the heads' log-variance weights (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`;
+        ``zero``: the identity start, every input with the same variance at step 0).
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
@@ -149,6 +153,7 @@ class DABAlignment(_InputChecks):
         total_steps: int = 1000,
         step_range: tuple[float, float] = (0.2, 0.6),
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
+        logvar_weight_init: LogVarWeightInit = "zero",
         validate_args: bool | None = None,
     ) -> None:
         super().__init__(validate_args)
@@ -156,10 +161,12 @@ class DABAlignment(_InputChecks):
         if not isinstance(share_head, bool):
             raise TypeError(f"share_head must be a bool, got {type(share_head).__name__}")
         self.dim_in = dim_in
-        self.text_head = GaussianEmbeddingHead(dim_in, dim, logvar_bounds=logvar_bounds, validate_args=validate_args)
+        self.text_head = GaussianEmbeddingHead(dim_in, dim, logvar_bounds=logvar_bounds,
+                                               logvar_weight_init=logvar_weight_init, validate_args=validate_args)
         self.video_head = self.text_head if share_head else GaussianEmbeddingHead(
-            dim_in, dim, logvar_bounds=logvar_bounds, validate_args=validate_args)
-        self.token_head = TokenUncertaintyHead(dim_in, dim, logvar_bounds=logvar_bounds, validate_args=validate_args)
+            dim_in, dim, logvar_bounds=logvar_bounds, logvar_weight_init=logvar_weight_init, validate_args=validate_args)
+        self.token_head = TokenUncertaintyHead(dim_in, dim, logvar_bounds=logvar_bounds,
+                                               logvar_weight_init=logvar_weight_init, validate_args=validate_args)
         self.bridge = DistributionBridge(dim, n_steps, total_steps, step_range, logvar_bounds=logvar_bounds,
                                          validate_args=validate_args)
         self.pac = ProbabilisticAlignmentContrastiveLoss(tau, validate_args)

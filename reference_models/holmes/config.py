@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from evidential_prvr.choices import LOGVAR_WEIGHT_INITS
 from evidential_prvr.presets import (
     BaseLossSettings,
     InterVideoSettings,
@@ -153,7 +154,9 @@ class AblationSettings:
 
 @dataclass(frozen=True)
 class DABSettings:
-    """DAB variant: Gaussian embedding dimension, bridge steps, PAC temperature and weight.
+    """DAB variant: Gaussian embedding dimension, bridge steps, PAC temperature and weight, and the start of the
+    heads' log-variance weights (``"zero"``, the identity start; ``"pytorch"``, the start before the changelog's
+    "DAB, a fair test"; :data:`evidential_prvr.choices.LOGVAR_WEIGHT_INITS`).
 
     DAB reports no PAC temperature. The KL costs grow linearly with ``embed_dim`` (about 2-3 nats per
     dimension at initialisation with log σ² = -2), so τ = ``embed_dim`` keeps the PAC logits O(1); τ = 1
@@ -164,6 +167,7 @@ class DABSettings:
     n_steps: int = 8
     tau: float = 64.0
     weight: float = 0.05
+    logvar_weight_init: str = "zero"
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,7 @@ class HolmesConfig:
         _positive_int(self.dab.n_steps, "dab.n_steps")
         if not self.dab.tau > 0:
             raise ValueError(f"dab.tau must be > 0, got {self.dab.tau}")
+        check_choice(self.dab.logvar_weight_init, "dab.logvar_weight_init", LOGVAR_WEIGHT_INITS)
 
     # --- (de)serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

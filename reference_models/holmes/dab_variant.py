@@ -50,7 +50,8 @@ class DABObjective(nn.Module):
 
     def __init__(self, hidden_size: int, settings: DABSettings) -> None:
         super().__init__()
-        self.alignment = DABAlignment(hidden_size, settings.embed_dim, settings.tau, n_steps=settings.n_steps)
+        self.alignment = DABAlignment(hidden_size, settings.embed_dim, settings.tau, n_steps=settings.n_steps,
+                                      logvar_weight_init=settings.logvar_weight_init)  # type: ignore[arg-type]
 
     def forward(self, output, batch) -> torch.Tensor:
         """Scalar PAC loss for the model ``output`` on ``batch`` (one random query per video)."""

@@ -40,6 +40,8 @@ def trained_run(root, out, ablation: str) -> dict[str, np.ndarray]:
     ``<ablation>/<0 model | 1 objective>.<name>``), ``<ablation>/losses`` and ``<ablation>/sumrs``."""
     splits = {s: load_split(root, COLLECTION, FEATURE, s, n_clips=4, n_frames=8) for s in ("train", "val")}
     config = micro_config(epochs=2, videos_per_batch=3).with_ablation(ablation)
+    if ablation == "dab":  # recorded with the heads' start of that time: PyTorch's random log-variance weights
+        config = config.replace(dab={"logvar_weight_init": "pytorch"})
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
