@@ -151,7 +151,7 @@ def test_oracle_ceilings_structure_and_the_no_headroom_statements() -> None:
 
 def test_the_msrvtt_regime_ceilings_recorded_in_the_guide() -> None:
     """docs/guide/dab.rst quotes these (``python -m reference_models.dab oracle --benchmark msrvtt-regime``)."""
-    ceilings = oracle_ceilings(0, BENCHMARKS["msrvtt-regime"])
+    ceilings = oracle_ceilings(0, BENCHMARKS["msrvtt-regime"], sets=("test",))  # the set the asserts read
     test = ceilings["sets"]["test"]
     assert round(test["bayes"]["specific"]["R@1"], 1) == 82.6 and round(test["bayes"]["generic"]["R@1"], 1) == 1.3
     assert round(test["bayes"]["generic"]["MnR"], 1) == 36.3 and round(test["deterministic"]["generic"]["MnR"], 1) == 80.9
@@ -225,7 +225,7 @@ def test_the_varied_design_draws_specificity_per_caption_and_records_it(tmp_path
 
 def test_the_varied_regime_ceilings_recorded_in_the_guide() -> None:
     """docs/guide/dab.rst quotes these (``python -m reference_models.dab oracle --benchmark msrvtt-regime-varied``)."""
-    ceilings = oracle_ceilings(0, BENCHMARKS["msrvtt-regime-varied"])
+    ceilings = oracle_ceilings(0, BENCHMARKS["msrvtt-regime-varied"], sets=("test",))  # the set the asserts read
     assert ceilings["scorers"] == ["bayes", "no_generic", "deterministic"]
     specific = ceilings["sets"]["test"]
     assert round(specific["bayes"]["specific"]["R@1"], 1) == 41.6 and round(specific["deterministic"]["specific"]["R@1"], 1) == 39.7
@@ -256,3 +256,13 @@ def test_the_recorded_specificity_is_read_back_and_correlated_with_an_interval(t
     assert result["low"] < result["spearman"] < result["high"] < 0
     with pytest.raises(ValueError, match="at least 3 values, got sizes 2 and 2"):
         spearman_interval([1.0, 2.0], [2.0, 1.0])
+
+
+def test_the_ceilings_of_one_set_are_those_of_the_full_call() -> None:
+    full = oracle_ceilings(2, TINY, n_boot=200)
+    alone = oracle_ceilings(2, TINY, n_boot=200, sets=("test_all",))
+    assert alone["sets"]["test_all"] == full["sets"]["test_all"]  # R@1 and MnR: the set's own
+    first = oracle_ceilings(2, TINY, n_boot=200, sets=("test",))
+    assert first["sets"]["test"] == full["sets"]["test"] and first["headroom"]["test"] == full["headroom"]["test"]
+    with pytest.raises(ValueError, match="sets must be a non-empty part of"):
+        oracle_ceilings(2, TINY, sets=("val",))
