@@ -59,9 +59,11 @@ class StageMeter:
         self.rows: list[dict] = []
 
     def __call__(self, name: str, fn):
-        before = resident_gib()[0]
         with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")  # reset the peak (VmHWM) to the current resident size
+        # read after the reset: the peak never falls below a resident size read after it (read before it, a
+        # resident size that then shrank could exceed the peak)
+        before = resident_gib()[0]
         start = time.perf_counter()
         result = fn()
         after, peak = resident_gib()
