@@ -55,7 +55,9 @@ DAB_DATASETS: tuple[DABDatasetName, ...] = get_args(DABDatasetName)
 
 LogVarWeightInit = Literal["zero", "small", "pytorch"]
 LOGVAR_WEIGHT_INITS: tuple[LogVarWeightInit, ...] = get_args(LogVarWeightInit)
-"""The start of the weights of DAB's log-variance layers: ``zero`` (every log-variance starts at the bias, the same
+"""How the weights of DAB's log-variance layers start.
+
+``zero`` (every log-variance starts at the bias, the same
 for every input, so the cost starts as a squared distance of the means: the identity start), ``small`` (PyTorch's
 default draw scaled by :data:`~evidential_prvr.probabilistic.SMALL_LOGVAR_WEIGHT_SCALE`: near-identity, with
 symmetry broken) or ``pytorch`` (PyTorch's default draw; the heads' start before version 3.1, which gives every

@@ -185,7 +185,7 @@ def spec_dict(spec: T2VBenchmarkSpec) -> dict[str, Any]:
     Returns
     -------
     dict
-        :func:`dataclasses.asdict` of ``spec`` less the empty later fields.
+        ``dataclasses.asdict`` of ``spec`` less the empty later fields.
     """
     return {k: v for k, v in asdict(spec).items() if not (k in _LATER_FIELDS and not v)}
 
@@ -524,7 +524,7 @@ def oracle_log_likelihoods(world: BenchmarkWorld, queries: np.ndarray, gallery: 
     :math:`n = |E_v|` events of ``captions_per_event`` captions each and ``generic_per_video`` generic ones, a
     caption drawn uniformly among them), with :math:`\mathcal N_B(c; x, \sigma)` the Gaussian density of the
     named blocks :math:`B` of :math:`c` around :math:`x` at per-coordinate variance :math:`\sigma^2 / \dim`
-    (``event_dim`` or ``detail_dim``, :func:`_block_variances`), is
+    (``event_dim`` or ``detail_dim``, ``_block_variances``), is
 
     .. math::
 

@@ -22,9 +22,9 @@ from reference_models.engine import Trainer
 
 __all__ = ["CANDIDATES", "DEV_DATA_SEED", "R1_MARGIN", "decide", "select_tau_rule"]
 
-#: The development instance: never a reported data seed.
+#: The data seed of the development instance, never a reported one.
 DEV_DATA_SEED = 100
-#: The rules the choice is between (the two of the issue: the base's footing, fixed or learned).
+#: The two rules the choice is between, each putting τ on the base's footing (set once, or learned).
 CANDIDATES = ("matched", "learned")
 #: Validation R@1 points by which a candidate must lead to win on R@1 alone (2.5 of 250 validation queries).
 R1_MARGIN = 1.0
