@@ -1,6 +1,6 @@
 """Lines of code of the library and of the reference models, without docstrings, comments and blank lines.
 
-``python benchmarks/code_lines.py`` prints one count per package (the measure of issue 42's closing note).
+``python benchmarks/code_lines.py`` prints one count per package (the measure of version 3.0's size).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both variants use the demo's backbone (``reference_models.dab.config`` defaults)
 ``--batch`` distinct videos (``--frames`` frames of ``--frame-dim`` features, one ``--text-dim`` caption
 each); a step is forward + PAC / InfoNCE + backward + AdamW update. Retrieval: one query at a time against a
 gallery of ``--gallery`` pre-encoded videos (``reference_models.dab.evaluate.query_cost``: median latency and
-FLOPs per query). Printed: the medians, the ratios DAB / base (the issue's goal: step ratio <= 1.5) and the
+FLOPs per query). Printed: the medians, the ratios DAB / base (the goal: step ratio <= 1.5) and the
 same for the ablation variants with ``--all-variants``.
 
 ``--config msrvtt-regime`` times the comparison's models instead (the ``msrvtt-regime`` preset: 256-d features,

@@ -1,6 +1,6 @@
 """Training-step time of the CVR reference model: HUD vs its base (CoVR-2 composition + hard-negative NCE).
 
-The issue's goal is a ratio of at most 1.5. Both variants run forward + backward + AdamW step on the same backbone
+The goal is a ratio of at most 1.5. Both variants run forward + backward + AdamW step on the same backbone
 sizes and the same random batch shaped like the embedded CVR benchmark's (``--batch`` triplets of
 ``frames x tokens x dim`` videos and ``--words``-word edits). Steps of the two variants alternate (base, HUD, base,
 ...), so that a change of machine load during the run affects both alike; the medians of ``--repeats`` timed steps

@@ -6,7 +6,7 @@ and the *same* random batch (a TVR-like batch of ``--videos`` videos with ``--ca
 warm-up iterations; the median of ``--repeats`` timed steps is reported. Holmes runs in its second stage
 (L_inter with calibration and L_intra with flexible OT), i.e. its most expensive configuration.
 
-Example (the issue's release scale; use smaller sizes for a quick check)::
+Example (the release's scale; use smaller sizes for a quick check)::
 
     python benchmarks/training_step.py --videos 128 --captions 5 --hidden 384 --device cpu
     python benchmarks/training_step.py --videos 16 --captions 3 --hidden 64 --repeats 5

@@ -60,7 +60,7 @@ LOGVAR_WEIGHT_INITS: tuple[LogVarWeightInit, ...] = get_args(LogVarWeightInit)
 ``zero`` (every log-variance starts at the bias, the same
 for every input, so the cost starts as a squared distance of the means: the identity start), ``small`` (PyTorch's
 default draw scaled by :data:`~evidential_prvr.probabilistic.SMALL_LOGVAR_WEIGHT_SCALE`: near-identity, with
-symmetry broken) or ``pytorch`` (PyTorch's default draw; the heads' start before version 3.1, which gives every
+symmetry broken) or ``pytorch`` (PyTorch's default draw; the heads' start before version 3.0, which gives every
 input its own random per-dimension metric at step 0)."""
 
 Reduction = Literal["mean", "sum", "none"]

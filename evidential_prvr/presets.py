@@ -539,7 +539,7 @@ class DABSettings:
     logvar_weight_init : {"zero", "small", "pytorch"}
         The start of the log-variance layers' weights (the paper is silent; ``zero``, the identity start: every
         input starts with the bias's variance, so the cost starts as a squared distance of the means;
-        :data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`, ``pytorch`` the start before version 3.1).
+        :data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`, ``pytorch`` the start before version 3.0).
     n_steps, total_steps : int
         The truncated bridge steps :math:`T' = 32` of :math:`N = 1000` diffusion steps.
     step_range : tuple of float

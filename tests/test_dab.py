@@ -213,7 +213,7 @@ def test_bridge_is_identity_at_init():
     logvar = torch.empty(5, 8).uniform_(-6, 2)
     out = bridge(mu, logvar)
     assert torch.equal(out.mu, mu) and torch.equal(out.logvar, logvar)
-    mu_out, logvar_out = out  # a (mu, logvar) pair, as the issue fixes
+    mu_out, logvar_out = out  # a (mu, logvar) pair, as the API promises
     assert mu_out is out.mu and logvar_out is out.logvar
 
 

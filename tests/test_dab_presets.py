@@ -20,7 +20,7 @@ from evidential_prvr.probabilistic import (
 
 #: What the DAB summary states (``../shared/papers``: Key Designs 1-2 and the implementation details), written
 #: here from the text, not from the registry; ``logvar_weight_init`` is the library's choice where the text is
-#: silent (zero: the identity start, issue 45).
+#: silent (zero: the identity start).
 PAPER = {"logvar_init": -2.0, "logvar_bounds": (-6.0, 2.0), "logvar_weight_init": "zero", "n_steps": 32,
          "total_steps": 1000,
          "step_range": (0.2, 0.6), "contraction": 0.8, "weight_decay": 0.02, "encoder_lr": 1e-6, "head_lr": 1e-4,

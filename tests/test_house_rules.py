@@ -1,4 +1,4 @@
-"""The rules of version 3.0's house (issue 42), read from the source: plain constructors, real functions,
+"""The rules of version 3.0's house, read from the source: plain constructors, real functions,
 one ``from_preset``, no two files that import each other. Each test names what breaks a rule."""
 
 from __future__ import annotations

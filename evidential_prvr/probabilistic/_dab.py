@@ -99,7 +99,7 @@ class GaussianEmbeddingHead(_LogVarHead):
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
         The start of the log-variance weights (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`); ``pytorch``
-        is the start before version 3.1.
+        is the start before version 3.0.
 
     Examples
     --------

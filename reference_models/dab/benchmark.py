@@ -155,7 +155,7 @@ class T2VBenchmarkSpec:
 #: The named instances of the design, ``embedded`` (the demo's, unchanged) and ``msrvtt-regime`` (the comparison
 #: in the paper's regime, MSR-VTT 1k-A-like: 1,000 test videos; docs/guide/dab.rst says what each knob changes
 #: and why; fixed on the base's validation split of development seed 100 before any DAB-vs-base number), and
-#: ``msrvtt-regime-varied`` (issue 45: the same, with specific captions that name 1-4 of their event's 4 attributes
+#: ``msrvtt-regime-varied`` (the same, with specific captions that name 1-4 of their event's 4 attributes
 #: at a drawn noise of 0.4, 0.8 or 1.6; fixed and written in docs/guide/dab.rst before any model ran on it).
 BENCHMARKS: dict[str, T2VBenchmarkSpec] = {
     "embedded": T2VBenchmarkSpec(),
@@ -169,13 +169,13 @@ BENCHMARKS: dict[str, T2VBenchmarkSpec] = {
 }
 
 
-#: Fields added to :class:`T2VBenchmarkSpec` by issue 45, left out of :func:`spec_dict` while empty.
+#: The later fields of :class:`T2VBenchmarkSpec` (the varied captions), left out of :func:`spec_dict` while empty.
 _LATER_FIELDS = ("attribute_probs", "caption_noise_levels")
 
 
 def spec_dict(spec: T2VBenchmarkSpec) -> dict[str, Any]:
-    """The spec as a plain dict (``benchmark_meta.json``, a comparison's settings), without the fields issue 45
-    added while they are empty, so that instances and comparison folders written before read the same.
+    """The spec as a plain dict (``benchmark_meta.json``, a comparison's settings), without the later fields
+    (the varied captions) while they are empty, so that instances and comparison folders written before read the same.
 
     Parameters
     ----------

@@ -20,7 +20,7 @@ __all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES"
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
 #: heads, bridge, KL ranking and PAC; ``prob`` the same without the bridge; ``bridge`` the bridge on point
 #: embeddings with the cosine and InfoNCE (DAB's "w/ Bridge" row); ``bridge-det`` the equal-capacity deterministic
-#: control of issue 45: the base plus DAB's mean layer (``head.gaussian_dim`` wide, started as ``head.mean_init``
+#: control: the base plus DAB's mean layer (``head.gaussian_dim`` wide, started as ``head.mean_init``
 #: says) on texts and videos and the same bridge on the text mean, cosine and InfoNCE, so that it has DAB's
 #: parameters less the variance layers.
 VARIANTS = ("base", "dab", "prob", "bridge", "bridge-det")
@@ -37,7 +37,7 @@ MEAN_INITS = ("random", "identity")
 #: the library's :data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`): ``zero`` (the identity start, the default:
 #: every text and video starts at the bias's variance, so with the identity mean start DAB's cost starts as a
 #: scaled squared distance of the layer-normalised embeddings), ``small`` (PyTorch's draw times 1e-3) or ``pytorch``
-#: (PyTorch's default draw, the start of every DAB run before issue 45: a random per-dimension metric per query).
+#: (PyTorch's default draw, the start of every DAB run before version 3.0: a random per-dimension metric per query).
 LOGVAR_WEIGHTS = LOGVAR_WEIGHT_INITS
 #: How DAB's PAC temperature is set (``head.tau_rule``): ``fixed`` (``head.tau`` as given), ``matched`` (fixed at
 #: :func:`matched_tau`, so that DAB's starting inverse temperature on the centred cosine is the base's starting logit
@@ -319,7 +319,7 @@ class T2VConfig:
 #: ``msrvtt-regime`` (DAB's training on the ``msrvtt-regime`` benchmark, whose features stand for frozen CLIP
 #: ones: identity-initialised feature encoders at DAB's encoder learning rate 1e-6, everything else at 1e-4,
 #: AdamW weight decay 0.02, 10 % warm-up; DAB's Gaussian at the backbone's width, 256, its mean layer starting at
-#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why; since issue 45 the identity start
+#: the identity; ``docs/guide/dab.rst``, "DAB at the backbone's width", says why; since version 3.0 the identity start
 #: of the log-variance weights and the learned PAC temperature, chosen by the guide's written rule on development
 #: seed 100, "The PAC temperature on the base's footing"). The base of a comparison is the
 #: same config with ``head.variant = "base"``, so it gets the same backbone treatment.
@@ -331,7 +331,7 @@ PRESETS: dict[str, T2VConfig] = {
         optim=OptimSettings(epochs=10, early_stop_patience=10, lr=1e-6, head_lr=1e-4, groups="encoders"),
     ),
 }
-#: ``msrvtt-regime-varied`` (issue 45) trains exactly as ``msrvtt-regime``.
+#: ``msrvtt-regime-varied`` trains exactly as ``msrvtt-regime``.
 PRESETS["msrvtt-regime-varied"] = PRESETS["msrvtt-regime"]
 
 
@@ -346,7 +346,7 @@ def preset(name: str) -> T2VConfig:
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
 #: at the backbone's width. ``dab-64`` is DAB with the Gaussian at 64 dimensions, a random mean layer and PAC
 #: temperature 4 (the ``msrvtt-regime`` preset before it moved to the backbone's width). ``dab-logvar-pytorch`` is
-#: DAB with PyTorch's random log-variance weights (its start before issue 45, :data:`LOGVAR_WEIGHTS`). ``demo --ablations`` trains
+#: DAB with PyTorch's random log-variance weights (its start before version 3.0, :data:`LOGVAR_WEIGHTS`). ``demo --ablations`` trains
 #: :data:`DEMO_ABLATIONS`; the comparison tool offers every one as a method (``--methods``), where
 #: ``dab-meandist`` and ``dab-onestep`` train nothing of
 #: their own: the first ranks the ``dab`` run's checkpoint, the second distils that checkpoint's bridge into one

@@ -1,4 +1,4 @@
-"""The choice of DAB's PAC temperature rule on the development instance (issue 45, item 3; the rule is written in
+"""The choice of DAB's PAC temperature rule on the development instance (the rule is written in
 ``docs/guide/dab.rst``, "The PAC temperature on the base's footing", before any run of it).
 
 :func:`select_tau_rule` writes development data seed :data:`DEV_DATA_SEED` of a named benchmark, trains DAB (its

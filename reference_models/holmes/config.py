@@ -155,8 +155,8 @@ class AblationSettings:
 @dataclass(frozen=True)
 class DABSettings:
     """DAB variant: Gaussian embedding dimension, bridge steps, PAC temperature and weight, and the start of the
-    heads' log-variance weights (``"zero"``, the identity start; ``"pytorch"``, the start before the changelog's
-    "DAB, a fair test"; :data:`evidential_prvr.choices.LOGVAR_WEIGHT_INITS`).
+    heads' log-variance weights (``"zero"``, the identity start; ``"pytorch"``, the start before version 3.0;
+    :data:`evidential_prvr.choices.LOGVAR_WEIGHT_INITS`).
 
     DAB reports no PAC temperature. The KL costs grow linearly with ``embed_dim`` (about 2-3 nats per
     dimension at initialisation with log σ² = -2), so τ = ``embed_dim`` keeps the PAC logits O(1); τ = 1

@@ -1,4 +1,4 @@
-"""The equal-capacity deterministic control ``bridge-det`` (issue 45, item 4): DAB's parameters less its variance
+"""The equal-capacity deterministic control ``bridge-det``: DAB's parameters less its variance
 layers (plus the base's logit scale), InfoNCE on the cosine, and a method of the DAB comparison."""
 
 from __future__ import annotations

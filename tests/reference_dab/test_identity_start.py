@@ -1,4 +1,4 @@
-"""DAB's identity start (issue 45, item 2): with zero log-variance weights (the default) DAB at step 0 ranks as its
+"""DAB's identity start: with zero log-variance weights (the default) DAB at step 0 ranks as its
 base; the old random start does not; and the diagnostics' variance-free split of the cost sums to the cost."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The oracle ceilings of the DAB benchmarks (issue 45, item 1) against independent references: the regenerated
+"""The oracle ceilings of the DAB benchmarks against independent references: the regenerated
 hidden concepts against the written files, the likelihood against scipy's Gaussian densities summed caption by
 caption in plain loops, the posterior's calibration by Monte Carlo (the Bayes scorer's accuracy equals its mean
 top posterior only when the posterior is exact), and the comparison report printing the ceilings."""

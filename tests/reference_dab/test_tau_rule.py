@@ -1,4 +1,4 @@
-"""DAB's PAC temperature on the base's footing (issue 45, item 3): the matched temperature gives DAB the base's
+"""DAB's PAC temperature on the base's footing: the matched temperature gives DAB the base's
 starting inverse temperature, the learned one trains with a gradient and the base's cap, and the written selection
 rule decides as the guide says."""
 
