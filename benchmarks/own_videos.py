@@ -95,6 +95,15 @@ def extraction(args: argparse.Namespace, work: Path, model: str) -> tuple[Path, 
                   "ratio": extract_fps / encoder_fps, "frames": report.frames}
 
 
+def encoder_model(args: argparse.Namespace, work: Path) -> str:
+    """``--model``, or with ``--quick`` the tiny configuration written into ``work``."""
+    if not args.quick:
+        return str(args.model)
+    path = work / "tiny.json"
+    path.write_text(json.dumps(_TINY), encoding="utf-8")
+    return str(path)
+
+
 def trained_search(work: Path, root: Path) -> Any:
     """A :class:`GallerySearch` over ``root`` with a checkpoint trained one epoch there (``--config clip``)."""
     import subprocess
@@ -178,10 +187,8 @@ def main() -> None:
         args.faiss = ["flat", "ivf:nlist=1024,nprobe=16"]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model = args.model
+        model = encoder_model(args, work)
         if args.quick:
-            model = str(work / "tiny.json")
-            Path(model).write_text(json.dumps(_TINY), encoding="utf-8")
             args.videos, args.seconds, args.size, args.repeats = min(args.videos, 8), 4.0, 96, 1
             args.gallery_sizes = [min(s, 2000) for s in args.gallery_sizes]
             args.faiss = [s.replace("nlist=1024", "nlist=16") for s in args.faiss]

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._timing import set_threads  # noqa: E402
-from benchmarks.own_videos import _TINY, extraction, tile, trained_search  # noqa: E402
+from benchmarks.own_videos import encoder_model, extraction, tile, trained_search  # noqa: E402
 
 
 def _post(port: int, query: str, k: int) -> tuple[int, float]:
@@ -82,10 +82,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model = args.model
+        model = encoder_model(args, work)
         if args.quick:
-            model = str(work / "tiny.json")
-            Path(model).write_text(json.dumps(_TINY), encoding="utf-8")
             args.videos, args.requests = min(args.videos, 1000), min(args.requests, 200)
         ext_args = argparse.Namespace(videos=12, seconds=8.0, size=96 if args.quick else 256, fps=2.0, batch_size=32,
                                       workers=2, device="cpu", repeats=1)

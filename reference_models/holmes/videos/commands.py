@@ -67,21 +67,34 @@ def add_extract_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _gallery_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``search`` and ``serve`` that name the model, the gallery and its index."""
+    p.add_argument("--checkpoint", type=Path, required=True, help="best.pt of train --data-root ROOT")
+    p.add_argument("--gallery", type=Path, required=True, help="the --out of extract")
+    p.add_argument("--index", choices=("exact", "faiss"), default="exact",
+                   help="exact: score every video; faiss: candidates from a FAISS index, re-ranked exactly")
+    p.add_argument("--rebuild-index", action="store_true", help="compute the saved gallery index again")
+
+
+def _require_faiss(index: str) -> None:
+    if index == "faiss":
+        try:
+            import faiss  # noqa: F401
+        except ImportError:
+            raise engine.UserError('--index faiss needs FAISS: pip install "evidential-prvr[faiss]"') from None
+
+
 def add_search_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``search`` on the CLI's sub-parsers."""
     p = sub.add_parser("search", help="answer free-text queries over an extracted gallery with a trained checkpoint")
-    p.add_argument("--checkpoint", type=Path, required=True, help="best.pt of train --data-root ROOT")
-    p.add_argument("--gallery", type=Path, required=True, help="the --out of extract")
+    _gallery_arguments(p)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--query", help="one query")
     what.add_argument("--queries", type=Path, help="a UTF-8 text file, one query per line")
     p.add_argument("-k", type=engine.int_at_least(1), default=5, help="videos per query (default: 5)")
     p.add_argument("--risk", type=_risk, default=0.2,
-                   help="the share of wrong top answers accepted among the answered queries, as measured on the "
-                        "validation split; below its confidence threshold a query is sent back (default: 0.2)")
-    p.add_argument("--index", choices=("exact", "faiss"), default="exact",
-                   help="exact: score every video; faiss: candidates from a FAISS index, re-ranked exactly")
-    p.add_argument("--rebuild-index", action="store_true", help="compute the saved gallery index again")
+                   help="the share of answered queries whose video is not among the k shown, as measured on the "
+                        "validation captions; below its confidence threshold a query is sent back (default: 0.2)")
     p.add_argument("--format", choices=("auto", "json", "table"), default="auto",
                    help="auto: a table on a terminal, JSON otherwise (default)")
     engine.add_device_arguments(p)
@@ -91,14 +104,10 @@ def add_search_parser(sub: Any) -> argparse.ArgumentParser:
 def add_serve_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``serve`` on the CLI's sub-parsers."""
     p = sub.add_parser("serve", help="the search as an HTTP service with a page (POST /search, GET /health, GET /)")
-    p.add_argument("--checkpoint", type=Path, required=True, help="best.pt of train --data-root ROOT")
-    p.add_argument("--gallery", type=Path, required=True, help="the --out of extract")
+    _gallery_arguments(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: 127.0.0.1, this machine only; 0.0.0.0 opens it to the network)")
     p.add_argument("--port", type=engine.int_at_least(0), default=8000, help="port (default: 8000; 0: a free one)")
-    p.add_argument("--index", choices=("exact", "faiss"), default="exact",
-                   help="exact: score every video; faiss: candidates from a FAISS index, re-ranked exactly")
-    p.add_argument("--rebuild-index", action="store_true", help="compute the saved gallery index again")
     p.add_argument("--batch-window-ms", type=float, default=0.0,
                    help="how long a query waits for others to be answered with it (default: 0, the queries already "
                         "waiting are answered together; under load that was as fast as a 5 ms window)")
@@ -125,6 +134,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from reference_models.holmes.videos.search import GallerySearch
     from reference_models.holmes.videos.service import QueryBatcher, create_app, gallery_thumbnails
 
+    _require_faiss(args.index)
     if not (args.batch_window_ms >= 0 and args.batch_window_ms < 1e4):
         raise engine.UserError(f"--batch-window-ms must be in [0, 10000), got {args.batch_window_ms}")
     searcher = GallerySearch(args.checkpoint, args.gallery, device=args.device, index=args.index,
@@ -206,11 +216,7 @@ def run_search(args: argparse.Namespace) -> int:
     queries = [args.query] if args.query is not None else _read_queries(args.queries)
     if any(not q.strip() for q in queries):
         raise engine.UserError("--query: an empty query; say what the moment shows")
-    if args.index == "faiss":
-        try:
-            import faiss  # noqa: F401
-        except ImportError:
-            raise engine.UserError('--index faiss needs FAISS: pip install "evidential-prvr[faiss]"') from None
+    _require_faiss(args.index)
     searcher = GallerySearch(args.checkpoint, args.gallery, device=args.device, index=args.index,
                              rebuild=args.rebuild_index)
     if args.k > searcher.num_videos:
