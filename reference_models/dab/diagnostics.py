@@ -47,13 +47,18 @@ the cosine heads, which have no variances); :func:`benchmark_labels` reads the l
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 
-from evidential_prvr.functional import paired_gaussian_kl, paired_wasserstein2
+from evidential_prvr.functional import (
+    paired_gaussian_kl,
+    paired_wasserstein2,
+    pairwise_gaussian_kl,
+    pairwise_wasserstein2,
+)
 from evidential_prvr.metrics import ranks_of_ground_truth
 from evidential_prvr.probabilistic import ConditionedDistributionBridge, DiagonalGaussian
 from reference_models.dab.data import T2VSplit
@@ -66,10 +71,19 @@ __all__ = ["benchmark_labels", "benchmark_specificity", "cost_parts", "format_di
 def cost_parts(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor, text_logvar: torch.Tensor,
                cost: str = "kl") -> tuple[torch.Tensor, torch.Tensor]:
     """The mean part and the variance part of the cost of every text ``[q, D]`` against every video (``[V, D]``,
-    or ``[q, V, D]`` when each text has its own video Gaussians); each ``[q, V]``, their sum is the cost."""
-    v_mu, v_lv = (video_mu[None], video_logvar[None]) if video_mu.dim() == 2 else (video_mu, video_logvar)
-    mean, variance = _parts(v_mu, v_lv, text_mu[:, None, :], text_logvar[:, None, :], cost)
-    return mean.expand(text_mu.shape[0], -1), variance.expand(text_mu.shape[0], -1)
+    or ``[q, V, D]`` when each text has its own video Gaussians); each ``[q, V]``, their sum is the cost.
+
+    The variance part is the cost with the means set equal (zero on both sides), the mean part the rest. Against
+    one gallery ``[V, D]`` both come from the library's pairwise costs (matrix products, no ``[q, V, D]`` tensor);
+    with per-text videos from its paired ones.
+    """
+    if video_mu.dim() == 2:
+        pairwise = _pairwise(cost)
+        full = pairwise(video_mu, video_logvar, text_mu, text_logvar).T
+        variance = pairwise(torch.zeros_like(video_mu), video_logvar, torch.zeros_like(text_mu), text_logvar).T
+        return full - variance, variance
+    mean, variance = _parts(video_mu, video_logvar, text_mu[:, None, :], text_logvar[:, None, :], cost)
+    return mean, variance
 
 
 def variance_free_split(video_mu: torch.Tensor, video_logvar: torch.Tensor, text_mu: torch.Tensor,
@@ -97,13 +111,25 @@ def variance_free_split(video_mu: torch.Tensor, video_logvar: torch.Tensor, text
         Each ``[q, V]``; their sum is the cost.
     """
     mean, variance = cost_parts(video_mu, video_logvar, text_mu, text_logvar, cost)
-    v_mu = video_mu[None] if video_mu.dim() == 2 else video_mu
-    t_mu = text_mu[:, None, :]
-    shape = torch.broadcast_shapes(v_mu.shape, t_mu.shape)
-    unit = torch.zeros(shape, dtype=v_mu.dtype, device=v_mu.device)
-    paired = paired_gaussian_kl if cost == "kl" else paired_wasserstein2
-    term = paired(v_mu.expand(shape), unit, t_mu.expand(shape), unit)
+    term = _mean_term(video_mu, text_mu, cost)
     return term, mean + variance - term
+
+
+def _pairwise(cost: str) -> Callable[..., torch.Tensor]:
+    pairwise = {"kl": pairwise_gaussian_kl, "w2": pairwise_wasserstein2}.get(cost)
+    if pairwise is None:
+        raise ValueError(f"cost must be 'kl' or 'w2', got {cost!r}")
+    return pairwise
+
+
+def _mean_term(video_mu: torch.Tensor, text_mu: torch.Tensor, cost: str) -> torch.Tensor:
+    """The variance-free mean term ``[q, V]``: the cost of the means with unit variances on both sides."""
+    if video_mu.dim() == 2:
+        return _pairwise(cost)(video_mu, torch.zeros_like(video_mu), text_mu, torch.zeros_like(text_mu)).T
+    t_mu = text_mu[:, None, :].expand_as(video_mu)
+    unit = torch.zeros_like(video_mu)
+    paired = paired_gaussian_kl if cost == "kl" else paired_wasserstein2
+    return paired(video_mu, unit, t_mu, unit)
 
 
 def _parts(v_mu: torch.Tensor, v_lv: torch.Tensor, t_mu: torch.Tensor, t_lv: torch.Tensor,
@@ -185,7 +211,7 @@ def gaussian_diagnostics(text: DiagonalGaussian, bridged: DiagonalGaussian, vide
     full_ranks, mean_ranks, free_ranks, spread = [], [], [], []
     for start in range(0, t_mu.shape[0], chunk):
         mean, variance = cost_parts(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
-        free, _rest = variance_free_split(v_mu, v_lv, b_mu[start:start + chunk], bl[start:start + chunk], cost)
+        free = _mean_term(v_mu, b_mu[start:start + chunk], cost)
         mean_total += float(mean.sum())
         variance_total += float(variance.sum())
         free_total += float(free.sum())
