@@ -30,7 +30,7 @@ def problem_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("problem: ")]
 
 
-def held_out_captions(root: Path) -> list[tuple[str, str]]:
-    """The test split's ``(caption id, sentence)`` pairs of an extracted root."""
-    lines = (root / "videos" / "TextData" / "videostest.caption.txt").read_text(encoding="utf-8").splitlines()
+def held_out_captions(root: Path, split: str = "test") -> list[tuple[str, str]]:
+    """A split's ``(caption id, sentence)`` pairs of an extracted root (the held-out test split by default)."""
+    lines = (root / "videos" / "TextData" / f"videos{split}.caption.txt").read_text(encoding="utf-8").splitlines()
     return [tuple(line.split(" ", 1)) for line in lines]  # type: ignore[misc]

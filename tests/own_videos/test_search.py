@@ -61,6 +61,30 @@ def test_end_to_end_retrieves_held_out_captions_and_flags_generic_ones(trained: 
     assert 0.0 <= moment["start"] < moment["end"] <= 6.0 + 1e-6
 
 
+def test_the_uncertainty_threshold_is_fitted_on_what_search_gives_the_validation_captions(
+        trained: dict[str, Path]) -> None:
+    """beta_u is the best Youden J cut of the uncertainty that search itself gives the validation captions (over
+    the whole gallery): fitted against the validation videos alone, it would sit on another scale."""
+    from reference_models.holmes.videos.search import GallerySearch
+
+    searcher = GallerySearch(trained["run"] / "best.pt", trained["root"])
+    captions = held_out_captions(trained["root"], "val")
+    answers = searcher.search([s for _, s in captions], k=5, risk=0.5)
+    u = np.array([a.uncertainty for a in answers])
+    correct = np.array([a.results[0].video == cid.split("#")[0] for (cid, _), a in zip(captions, answers)])
+    assert 0 < correct.sum() < len(correct)
+
+    def youden(cut: float) -> float:  # the test "u <= cut" as a detector of a correct top-1
+        kept = u <= cut
+        return kept[correct].mean() - kept[~correct].mean()
+
+    beta_u = searcher.uncertainty.thresholds.uncertainty
+    best = max(youden(c) for c in np.unique(u))  # every distinct cut, brute force
+    # the fit searches a grid of at most 33 midpoints, which may miss the best cut by one query
+    assert youden(beta_u) >= best - max(1 / correct.sum(), 1 / (~correct).sum()) - 1e-12, (youden(beta_u), best)
+    assert youden(beta_u) > 0
+
+
 def test_saved_gallery_index_is_reused_refused_when_stale_and_faiss_gives_the_same_top_k(
         trained: dict[str, Path]) -> None:
     pytest.importorskip("faiss", reason="faiss-cpu is not installed")

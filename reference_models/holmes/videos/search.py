@@ -4,7 +4,8 @@ For each query: the top-``k`` videos by the Holmes score (Eq. 1-2), each with it
 (the clip segment with the highest similarity to the query, as a span in seconds); the query's evidential
 opinion over the top-k (fused belief of the top video and uncertainty, Holmes Eq. 5 and the Dempster-Shafer
 fusion of Eq. 16); its query type (precise / polysemous / under-determined) by the thresholds fitted on the
-validation split; and the decision to **answer** or to **ask to rephrase**.
+validation captions searched against the whole gallery (Youden's J of a correct top-1, Eq. 10-12); and the
+decision to **answer** or to **ask to rephrase**.
 
 **The decision at a risk.** On the validation split every caption is a query with a known video. Its
 confidence (the evidential confidence with the lowest AURC there) and whether its video is among the top
@@ -56,7 +57,7 @@ from reference_models.holmes.videos.extraction import read_extraction
 __all__ = ["Moment", "Hit", "Answer", "GallerySearch", "threshold_at_risk", "QUERY_TYPES"]
 
 QUERY_TYPES = ("precise", "polysemous", "underdetermined")
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2  # 2: the type thresholds are fitted against the whole gallery
 
 
 @dataclass(frozen=True)
@@ -239,14 +240,16 @@ class GallerySearch:
                                       model.config.n_clips, gallery.boundaries) for v in gallery.video_ids])
         val = load_split(self.root, self.paths.collection, self.paths.visual_feature, "val", max_query_len=max_len,
                          n_clips=n_clips, n_frames=n_frames)
-        uncertainty = RetrievalUncertainty.from_identifier(self.objective.identifier())
-        uncertainty.fit(model, val, cfg, device=self.device)  # query-norm reference and type thresholds
-        # The risk is measured as search meets it: validation captions against the whole gallery.
+        # Everything is fitted as search meets it: the validation captions against the whole gallery. Against
+        # the validation videos alone the opinions rest on fewer, weaker candidates (a larger uncertainty), so
+        # thresholds fitted there would misplace the gallery's queries.
         queries = encode_all_queries(model, make_query_loader(val, cfg.optim.eval_query_batch), self.device)
         sims = score_matrix(model, videos, queries)
         where = {v: i for i, v in enumerate(gallery.video_ids)}
         target = torch.tensor([where[val.video_ids[int(j)]] for j in val.caption_video_index],
                               dtype=torch.int64, device=sims.score.device)
+        uncertainty = RetrievalUncertainty.from_identifier(self.objective.identifier())
+        uncertainty.fit_scores(sims, queries, target, [None] * val.num_captions)  # query-norm reference, thresholds
         opinion = uncertainty.opinion(sims, queries, target)
         confidence = selective_confidence(opinion, uncertainty.chosen_confidence)  # type: ignore[arg-type]
         # 0-based rank of each validation caption's video in the gallery (ties counted against it)
