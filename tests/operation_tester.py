@@ -206,8 +206,8 @@ class OperationTester:
         return module(*inputs, **{**self.per_call(), **{k: v for k, v in keywords.items() if k not in built}})
 
     def grad_output(self, out: Any) -> Any:
-        """What ``gradcheck`` differentiates: every floating output."""
-        return _floating(out)
+        """What ``gradcheck`` differentiates: the outputs (those with a gradient)."""
+        return out
 
     # --- the checks --------------------------------------------------------------------------------------------
     def _check_outputs(self, out: Any, dtype: torch.dtype) -> None:
@@ -262,8 +262,12 @@ class OperationTester:
             full = list(inputs)
             for i, tensor in zip(self.differentiable, wanted, strict=True):
                 full[i] = tensor
-            return self.grad_output(self.call(*full))
+            return tuple(named_outputs(self.grad_output(self.call(*full)))[path] for path in paths)
 
+        # the outputs with a gradient (a detached output, such as a label, is no function of the inputs' gradient)
+        paths = [path for path, value in named_outputs(self.grad_output(self.call(*inputs))).items()
+                 if isinstance(value, torch.Tensor) and value.requires_grad]
+        assert paths, "no output has a gradient: say why in gradcheck_skip"
         # fast mode compares one random projection of the Jacobians: a wrong gradient fails it all the same
         assert torch.autograd.gradcheck(of, tuple(inputs[i] for i in self.differentiable), fast_mode=True)
 

@@ -405,7 +405,8 @@ def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
     last = values.shape[0] - 1
     low = ((count - 1).clamp_min(0) // 2).clamp_max(last)
     high = (count // 2).clamp_max(last)
-    median = 0.5 * (ordered[low] + ordered[high])
+    middle = ordered.gather(0, torch.stack([low, high]))  # gather, not ordered[low]: a tensor index is traced
+    median = 0.5 * (middle[0] + middle[1])
     return torch.where(count > 0, median, torch.full_like(median, float("nan")))
 
 
