@@ -27,6 +27,7 @@ __all__ = [
     "check_in_range",
     "check_choice",
     "check_positive_int",
+    "check_floating_dtype",
     "compute_dtype",
     "check_index_vector",
 ]
@@ -100,6 +101,14 @@ def check_positive_int(value: object, name: str) -> None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def check_floating_dtype(value: object, name: str) -> None:
+    """Raise ``TypeError`` unless ``value`` is a floating-point ``torch.dtype``."""
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {type(value).__name__}")
+    if not value.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {value}")
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:

@@ -19,6 +19,7 @@ from evidential_prvr._checks import (
     check_finite,
     check_in_range,
     check_same_device,
+    check_same_shape,
     check_tensor,
     compute_dtype,
     should_validate,
@@ -173,6 +174,11 @@ def fuse_query_types(frame_type: torch.Tensor, clip_type: torch.Tensor, fusion: 
     Holmes (ICML 2026), Eq. 13-14 and Table 3.
     """
     check_choice(fusion, "fusion", FUSIONS)
+    for name, types in (("frame_type", frame_type), ("clip_type", clip_type)):
+        check_tensor(types, name)
+        if types.is_floating_point() or types.is_complex() or types.dtype == torch.bool:
+            raise TypeError(f"{name} must have an integer dtype (QueryType codes), got {types.dtype}")
+    check_same_shape(frame_type, clip_type, "frame_type", "clip_type")
     if fusion == "uncertainty_dominant":
         return torch.maximum(frame_type, clip_type)
     if fusion == "confidence_dominant":

@@ -212,12 +212,19 @@ def macro_f1(predicted: torch.Tensor, actual: torch.Tensor, num_types: int = 3) 
     ----------
     The identification report of Holmes (ICML 2026), §3.2 query types.
     """
+    check_positive_int(num_types, "num_types")
     check_tensor(predicted, "predicted", ndim=1)
     check_tensor(actual, "actual", ndim=1)
     if predicted.shape != actual.shape:
         raise ValueError(f"predicted and actual must have the same shape, got {tuple(predicted.shape)} "
                          f"and {tuple(actual.shape)}")
     check_same_device(predicted=predicted, actual=actual)
+    for name, codes in (("predicted", predicted), ("actual", actual)):
+        if codes.is_floating_point() or codes.is_complex() or codes.dtype == torch.bool:
+            raise TypeError(f"{name} must have an integer dtype (type codes), got {codes.dtype}")
+        if codes.numel() and bool(((codes < 0) | (codes >= num_types)).any()):  # read on the host below anyway
+            raise ValueError(f"{name} must hold type codes in [0, {num_types}), got values in "
+                             f"[{int(codes.min())}, {int(codes.max())}]")
     pairs = torch.bincount(actual.to(torch.int64) * num_types + predicted.to(torch.int64),
                            minlength=num_types * num_types).reshape(num_types, num_types).tolist()
     scores = []

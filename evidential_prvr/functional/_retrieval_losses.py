@@ -628,8 +628,11 @@ def _base_retrieval_loss(
     """
     validate = should_validate(validate_args)
     own = _check_sim(frame_sim, query_video, "frame_sim", validate)
-    _check_sim(clip_sim, query_video, "clip_sim", validate)
+    check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
+    check_score_layout(clip_sim, "clip_sim", query_video)
+    # the pair's shapes before clip_sim's positives: fewer columns would otherwise be blamed on query_video
     check_score_pair_shapes(frame_sim, clip_sim, "frame_sim", "clip_sim")
+    _check_sim(clip_sim, query_video, "clip_sim", validate)
     frame_logits = frame_sim if frame_logits is None else frame_logits
     clip_logits = clip_sim if clip_logits is None else clip_logits
     for name, logits in (("frame_logits", frame_logits), ("clip_logits", clip_logits)):

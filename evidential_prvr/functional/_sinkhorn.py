@@ -38,6 +38,7 @@ import torch
 
 from evidential_prvr._checks import (
     check_choice,
+    check_floating_dtype,
     check_positive,
     check_positive_int,
     check_tensor,
@@ -80,6 +81,7 @@ def scaling_range_bound(dtype: torch.dtype) -> float:
     ----------
     Holmes (ICML 2026), App. B.5, Eq. 32-34; Peyré and Cuturi, "Computational Optimal Transport", 2019, §4.4.
     """
+    check_floating_dtype(dtype, "dtype")
     return _SCALING_SAFETY * -math.log(torch.finfo(dtype).tiny)
 
 
@@ -114,6 +116,11 @@ def select_sinkhorn_method(
     """
     check_tensor(scores, "scores", ndim=3, floating=True)
     check_positive(epsilon, "epsilon")
+    batch, n, m = scores.shape
+    if a is not None:
+        _check_marginal(a, "a", batch, n, scores.device, validate=False)
+    if b is not None:
+        _check_marginal(b, "b", batch, m, scores.device, validate=False)
     dtype = compute_dtype(scores)
     x = scores.detach().to(dtype)
     valid = torch.ones_like(x, dtype=torch.bool)

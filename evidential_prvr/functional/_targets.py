@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from evidential_prvr._checks import check_choice, check_tensor
+from evidential_prvr._checks import check_choice, check_floating_dtype, check_tensor
 from evidential_prvr.choices import MATCH_RULES, MatchRule
 
 
@@ -114,8 +114,17 @@ def normalized_target(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     ----------
     Holmes (ICML 2026), Eq. 7, 15 and 17 (the label :math:`\\mathbf{y}_i`).
     """
+    _check_bool_mask(mask, "mask")
+    check_floating_dtype(dtype, "dtype")
     y = mask.to(dtype)
     return y / y.sum(dim=-1, keepdim=True).clamp_min(1.0)
+
+
+def _check_bool_mask(mask: object, name: str) -> None:
+    check_tensor(mask, name)
+    assert isinstance(mask, torch.Tensor)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (as positive_mask returns), got {mask.dtype}")
 
 
 def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: MatchRule = "any_positive") -> torch.Tensor:
@@ -146,7 +155,11 @@ def correctly_matched(sim: torch.Tensor, mask: torch.Tensor, rule: MatchRule = "
     ----------
     Holmes (ICML 2026), Eq. 11; the ``"argmax"`` rule follows the official release.
     """
-    check_choice(rule, "matched", MATCH_RULES)
+    check_choice(rule, "rule", MATCH_RULES)
+    check_tensor(sim, "sim", ndim=2)
+    _check_bool_mask(mask, "mask")
+    if mask.shape != sim.shape:
+        raise ValueError(f"mask must have shape {tuple(sim.shape)} like sim, got {tuple(mask.shape)}")
     if rule == "argmax":
         return mask.gather(-1, sim.argmax(dim=-1, keepdim=True)).squeeze(-1)
     best_positive = sim.masked_fill(~mask, float("-inf")).amax(dim=-1)
