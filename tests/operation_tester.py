@@ -262,7 +262,8 @@ class OperationTester:
             full = list(inputs)
             for i, tensor in zip(self.differentiable, wanted, strict=True):
                 full[i] = tensor
-            return tuple(named_outputs(self.grad_output(self.call(*full)))[path] for path in paths)
+            named = named_outputs(self.grad_output(self.call(*full)))
+            return tuple(named[path] for path in paths)
 
         # the outputs with a gradient (a detached output, such as a label, is no function of the inputs' gradient)
         paths = [path for path, value in named_outputs(self.grad_output(self.call(*inputs))).items()

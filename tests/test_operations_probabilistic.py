@@ -513,12 +513,12 @@ class TestQueryTokenAttention(OperationTester):
 
 class TestHUDObjective(OperationTester):
     module = P.HUDObjective
-    settings = {"dim": 8, "holistic_dim": 4, "num_reference_tokens": 2, "num_samples": 2}
+    settings = {"dim": 4, "holistic_dim": 3, "num_reference_tokens": 2, "num_samples": 2}
     outputs = {"total": ((), FLOAT), "rank": ((), FLOAT), "consistency": ((), FLOAT),
                "holistic_similarity": ((3, 3), FLOAT), "atomistic_similarity": ((3, 3), FLOAT),
-               "query.holistic": ((3, 3, 4), FLOAT), "query.atomistic": ((3, 4, 4), FLOAT),
-               **_gaussian_outputs(3, 4, prefix="query.text."), **_gaussian_outputs(3, 2, 8, prefix="query.detail."),
-               "targets.holistic": ((3, 1, 4), FLOAT), "targets.atomistic": ((3, 5, 4), FLOAT)}
+               "query.holistic": ((3, 3, 3), FLOAT), "query.atomistic": ((3, 4, 3), FLOAT),
+               **_gaussian_outputs(3, 3, prefix="query.text."), **_gaussian_outputs(3, 2, 4, prefix="query.detail."),
+               "targets.holistic": ((3, 1, 3), FLOAT), "targets.atomistic": ((3, 2, 3), FLOAT)}
     differentiable = (0, 1, 2)
     float64_skip = TestReparameterisedSample.float64_skip
     module_equals_function_skip = ("learned layers around biased_max_similarity and the two HUD losses: "
@@ -528,10 +528,13 @@ class TestHUDObjective(OperationTester):
         return {"generator": torch.Generator().manual_seed(0)}  # the samples of Eq. 3 and 7
 
     def inputs(self, dtype):
-        return _random(3, 2, 8, dtype=dtype), _random(3, 4, 8, dtype=dtype, seed=1), _random(3, 5, 8, dtype=dtype, seed=2)
+        text_mask = torch.tensor([[True, True, False], [True, True, True], [True, False, True]])
+        return (_random(3, 2, 4, dtype=dtype), _random(3, 3, 4, dtype=dtype, seed=1), _random(3, 2, 4, dtype=dtype, seed=2),
+                None, text_mask)
 
     def bad_cases(self):
-        reference, text, target = self.inputs(torch.float32)
+        reference, text, target, _, text_mask = self.inputs(torch.float32)
         return [bad("target_tokens", r"target_tokens must have batch size 3 like reference_tokens .* got shape "
-                    r"\(2, 5, 8\)", reference, text, target[:2]),
-                bad("kappa", "kappa must be a number >= 0, got -1.0", reference, text, target, kappa=-1.0)]
+                    r"\(2, 2, 4\)", reference, text, target[:2]),
+                bad("kappa", "kappa must be a number >= 0, got -1.0", reference, text, target, kappa=-1.0),
+                bad("text_mask", r"text_mask must have shape \(3, 3\)", reference, text, target, None, text_mask[:, :2])]
