@@ -232,7 +232,8 @@ def as_mask(
     if mask.is_complex():
         raise TypeError(f"{name} must be a real tensor (bool, or 0/1 values), got {mask.dtype}")
     if validate and mask.numel() and bool(((mask != 0) & (mask != 1)).any()):
-        raise ValueError(f"{name} must hold only 0 and 1 (or be a bool tensor), got other values")
+        other = mask[(mask != 0) & (mask != 1)].flatten()[0].item()
+        raise ValueError(f"{name} must hold only 0 and 1 (or be a bool tensor), got other values such as {other}")
     return mask != 0
 
 

@@ -72,7 +72,7 @@ class TestPairwiseGaussianKL(OperationTester):
         return [bad("target_mu", r"the same embedding dimension D, got shapes \(3, 4\) and \(5, 3\)", s_mu, s_lv,
                     t_mu[:, :3], t_lv[:, :3]),
                 bad("source_logvar", r"must have the same shape, got \(3, 4\) and \(2, 4\)", s_mu, s_lv[:2], t_mu, t_lv),
-                bad("target_logvar", "target_logvar must be finite", s_mu, s_lv, t_mu, t_lv.log())]
+                bad("target_logvar", "target_logvar must be finite, got NaN or Inf", s_mu, s_lv, t_mu, t_lv.log())]
 
 
 class TestPrepareKLSources(OperationTester):
@@ -142,7 +142,8 @@ class TestPairedGaussianKL(OperationTester):
         s_mu, s_lv, t_mu, t_lv = _broadcast_pairs(torch.float32)
         return [bad("source", r"shapes must broadcast against each other, got \(3, 1, 4\) and \(2, 5, 4\)", s_mu, s_lv,
                     t_mu.expand(2, 5, 4), t_lv.expand(2, 5, 4)),
-                bad("source_mu", "source_mu must be finite", s_mu / 0.0, s_lv, t_mu, t_lv, validate_args=True)]
+                bad("source_mu", "source_mu must be finite, got NaN or Inf", s_mu / 0.0, s_lv, t_mu, t_lv,
+                    validate_args=True)]
 
 
 class TestPairedWasserstein2(OperationTester):
@@ -173,7 +174,7 @@ class TestKLMargin(OperationTester):
     def bad_cases(self):
         cost = _random(4, 5, dtype=torch.float32)
         return [bad("cost", r"at least 2 columns \(candidates\) per query, got shape \(4, 1\)", cost[:, :1]),
-                bad("cost", "cost must be finite", cost / 0.0, validate_args=True)]
+                bad("cost", "cost must be finite, got NaN or Inf", cost / 0.0, validate_args=True)]
 
 
 class TestReparameterisedSample(OperationTester):
@@ -284,7 +285,8 @@ class TestBridgeDistillationLoss(OperationTester):
         s_mu, s_lv, t_mu, t_lv = self.inputs(torch.float32)
         return [bad("teacher_mu", r"student_mu and teacher_mu must have the same shape, got \(3, 4\) and \(2, 4\)",
                     s_mu, s_lv, t_mu[:2], t_lv[:2]),
-                bad("teacher_logvar", "teacher_logvar must be finite", s_mu, s_lv, t_mu, t_lv / 0.0, validate_args=True)]
+                bad("teacher_logvar", "teacher_logvar must be finite, got NaN or Inf", s_mu, s_lv, t_mu, t_lv / 0.0,
+                    validate_args=True)]
 
 
 class TestCombineVideoLogVariances(OperationTester):
@@ -354,7 +356,7 @@ class TestDistributionBridge(OperationTester):
         mu, logvar = _gaussian(3, 4, dtype=torch.float32)
         return [bad("mu", r"mu must have last dimension 4, got shape \(3, 3\)", mu[:, :3], logvar[:, :3]),
                 bad("n_steps", "n_steps must be >= 1, got 0", mu, logvar, n_steps=0),
-                bad("input_mu", "input_mu must be finite", mu / 0.0, logvar)]
+                bad("input_mu", "input_mu must be finite, got NaN or Inf", mu / 0.0, logvar)]
 
 
 class TestConditionedDistributionBridge(OperationTester):
@@ -396,7 +398,8 @@ class TestDABAlignment(OperationTester):
         text, tokens, mask = self.inputs(torch.float32)
         return [bad("video_tokens", r"the same batch size B .* got shapes \(3, 8\) and \(2, 2, 8\)", text, tokens[:2],
                     mask[:2]),
-                bad("video_mask", "every row of video_mask needs at least one valid", text, tokens, mask & False)]
+                bad("video_mask", r"every row of video_mask needs at least one valid .* rows \[0, 1, 2\] have none", text,
+                    tokens, mask & False)]
 
 
 # --- HUD: similarity, losses, composition and the objective (HUD Eq. 1-15) -------------------------------------------
@@ -453,7 +456,7 @@ class TestHolisticAtomisticConsistencyLoss(OperationTester):
     def bad_cases(self):
         holistic, atomistic = _pair_of_similarities(torch.float32)
         return [bad("holistic_sim", r"square \[B, B\] matrix .* got shape \(4, 3\)", holistic[:, :3], atomistic),
-                bad("atomistic_sim", "atomistic_sim must be finite", holistic, atomistic / 0.0)]
+                bad("atomistic_sim", "atomistic_sim must be finite, got NaN or Inf", holistic, atomistic / 0.0)]
 
 
 class TestProbabilisticTextEmbedding(OperationTester):
@@ -537,4 +540,5 @@ class TestHUDObjective(OperationTester):
         return [bad("target_tokens", r"target_tokens must have batch size 3 like reference_tokens .* got shape "
                     r"\(2, 2, 4\)", reference, text, target[:2]),
                 bad("kappa", "kappa must be a number >= 0, got -1.0", reference, text, target, kappa=-1.0),
-                bad("text_mask", r"text_mask must have shape \(3, 3\)", reference, text, target, None, text_mask[:, :2])]
+                bad("text_mask", r"text_mask must have shape \(3, 3\) \(\[B, T\]\), got \(3, 2\)", reference, text, target, None,
+                    text_mask[:, :2])]

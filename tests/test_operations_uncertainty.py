@@ -65,7 +65,8 @@ class TestGalleryOpinion(OperationTester):
         return [bad("clip_scores", r"clip_scores must have the shape of frame_scores \(5, 7\), got \(5, 6\)", frame,
                     clip[:, :6]),
                 bad("k", "k must be >= 1, got 0", frame, clip, k=0),
-                bad("query_scale", "query_scale must be > 0 everywhere", frame, clip, query_scale=-torch.ones(Q))]
+                bad("query_scale", "query_scale must be > 0 everywhere, got min -1.0", frame, clip,
+                    query_scale=-torch.ones(Q))]
 
 
 class TestIdentifyQueryTypes(OperationTester):
@@ -107,7 +108,7 @@ class TestFitQueryThresholds(OperationTester):
     def bad_cases(self):
         u, c, xi = self.inputs(torch.float32)
         return [bad("grid", "grid must be >= 2, got 1", u, c, xi, grid=1),
-                bad("query_types", r"query_types must hold codes 0 \(precise\), 1 \(polysemous\) or 2", u, c, xi,
+                bad("query_types", r"query_types must hold codes 0 \(precise\), 1 \(polysemous\) or 2 .* got values in \[3, 3\]", u, c, xi,
                     query_types=torch.full((8,), 3)),
                 bad("correct", "needs query_types or correct", u, c, xi, query_types=None)]
 
@@ -162,7 +163,7 @@ class TestSelectiveConfidence(OperationTester):
 
     def bad_cases(self):
         opinion = _opinion(torch.float32)
-        return [bad("kind", "got 'entropy'", opinion, kind="entropy"),
+        return [bad("kind", "kind must be one of .*; got 'entropy'", opinion, kind="entropy"),
                 bad("kl_cost", "kl_cost is only used by kind='kl_margin', got kind='neg_xi'", opinion,
                     kl_cost=torch.ones(Q, V)),
                 bad("kl_cost", r"kl_cost must have 5 rows \(one per query\), got \(4, 7\)", opinion, kind="kl_margin",

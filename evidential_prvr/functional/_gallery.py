@@ -232,7 +232,7 @@ def _check_inputs(
         if query_scale is not None:
             check_finite(query_scale, "query_scale")
             if bool((query_scale <= 0).any()):
-                raise ValueError("query_scale must be > 0 everywhere")
+                raise ValueError(f"query_scale must be > 0 everywhere, got min {float(query_scale.min())}")
         if target is not None:
             check_index_vector(target, "target", length=shape[0], upper=shape[1])
     return shape[1] if k is None else min(k, shape[1])

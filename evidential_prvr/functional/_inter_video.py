@@ -150,7 +150,8 @@ def calibrated_target(
         raise ValueError(f"frame_sim and query_type must be on the same device, got {frame_sim.device} and "
                          f"{query_type.device}")
     if validate and bool(((query_type < 0) | (query_type > int(QueryType.UNDERDETERMINED))).any()):
-        raise ValueError("query_type must hold QueryType values 0, 1 or 2")
+        raise ValueError(f"query_type must hold QueryType values 0, 1 or 2, got values in "
+                         f"[{int(query_type.min())}, {int(query_type.max())}]")
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     label = normalized_target(mask, dtype)
     return _calibrated_target(frame_sim.to(dtype), clip_sim.to(dtype), label, query_type, gamma)

@@ -414,7 +414,8 @@ def fit_query_thresholds(
         if query_types.shape[0] != n:
             raise ValueError(f"query_types must have shape [{n}], got {tuple(query_types.shape)}")
         if validate and bool(((query_types < 0) | (query_types > 2)).any()):
-            raise ValueError("query_types must hold codes 0 (precise), 1 (polysemous) or 2 (under-determined)")
+            raise ValueError("query_types must hold codes 0 (precise), 1 (polysemous) or 2 (under-determined), got "
+                             f"values in [{int(query_types.min())}, {int(query_types.max())}]")
         return _fit_macro_f1(uncertainty, consistency, aleatoric, runner_up, query_types.to(torch.int64), grid)
     check_tensor(correct, "correct", ndim=1)
     check_same_device(uncertainty=uncertainty, correct=correct)

@@ -262,7 +262,9 @@ def sinkhorn(
         mass_a, mass_b = a.detach().to(dtype).sum(dim=1), b.detach().to(dtype).sum(dim=1)
         mismatch = (mass_a - mass_b).abs() > mass_tol * torch.maximum(mass_a, mass_b)
         if bool((mismatch & solvable).any()):
-            raise ValueError("a and b must have the same total mass in every problem (balanced transport)")
+            k = int(torch.nonzero(mismatch & solvable)[0, 0])
+            raise ValueError(f"a and b must have the same total mass in every problem (balanced transport), got "
+                             f"{float(mass_a[k]):.6g} and {float(mass_b[k]):.6g} in problem {k}")
         valid = row_valid.unsqueeze(2) & col_valid.unsqueeze(1)
         if not bool(torch.isfinite(torch.where(valid, scores.detach(), 0.0)).all()):
             raise ValueError("scores must be finite at the valid (unmasked) entries, got NaN or Inf")

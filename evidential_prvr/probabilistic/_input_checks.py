@@ -88,7 +88,8 @@ def check_token_mask(
     if tuple(mask.shape) != tuple(tokens.shape[:2]):
         raise ValueError(f"{name} must have shape {tuple(tokens.shape[:2])} ([B, T]), got {tuple(mask.shape)}")
     if should_validate(validate_args) and not bool(mask.any(dim=1).all()):
-        raise ValueError(f"every row of {name} needs at least one valid (True) token")
+        empty = torch.nonzero(~mask.any(dim=1)).flatten()[:5].tolist()
+        raise ValueError(f"every row of {name} needs at least one valid (True) token; rows {empty} have none")
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
