@@ -126,6 +126,17 @@ def _same(a: Any, b: Any) -> bool:
     return True
 
 
+def _assert_refused(case: BadCase, bad_call: Callable[[], Any]) -> None:
+    """``bad_call`` raises ``ValueError`` or ``TypeError`` whose message names ``case.argument`` and matches
+    ``case.pattern``."""
+    with pytest.raises((ValueError, TypeError)) as error:
+        bad_call()
+    message = str(error.value)
+    assert re.search(rf"(?<![\w.]){re.escape(case.argument)}(?!\w)", message), \
+        f"{case.argument!r} is not named in: {message}"
+    assert re.search(case.pattern, message), f"{case.pattern!r} not in: {message}"
+
+
 def input_dtype(inputs: tuple[Any, ...]) -> torch.dtype:
     """The widest floating dtype among the inputs (float32 when none is floating)."""
     dtypes = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
@@ -235,20 +246,13 @@ class OperationTester:
         cases = self.bad_cases()
         assert cases, "an operation refuses at least one bad call"
         module_class = type(self).module
-        built = set() if module_class is None else set(inspect.signature(module_class).parameters)
+        takes = set() if module_class is None else set(inspect.signature(module_class).parameters)
         for case in cases:
-            calls: list[Callable[[], Any]] = [lambda case=case: self.call(*case.inputs, **case.keywords)]
-            if type(self).function is not None and module_class is not None and case.keywords \
-                    and set(case.keywords) <= built and self.module_settings is None:
-                # the module refuses the same setting, when built or at its first call
-                calls.append(lambda case=case: self.module_forward(self.build(**case.keywords), *case.inputs))
-            for bad_call in calls:
-                with pytest.raises((ValueError, TypeError)) as error:
-                    bad_call()
-                message = str(error.value)
-                assert re.search(rf"(?<![\w.]){re.escape(case.argument)}(?!\w)", message), \
-                    f"{case.argument!r} is not named in: {message}"
-                assert re.search(case.pattern, message), f"{case.pattern!r} not in: {message}"
+            _assert_refused(case, lambda case=case: self.call(*case.inputs, **case.keywords))
+            if type(self).function is not None and self.module_settings is None and case.keywords \
+                    and set(case.keywords) <= takes:
+                # the module refuses the same setting, when it is built or at its first call
+                _assert_refused(case, lambda case=case: self.module_forward(self.build(**case.keywords), *case.inputs))
 
     def test_gradcheck(self) -> None:
         if self.gradcheck_skip is not None:
