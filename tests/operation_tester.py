@@ -74,6 +74,13 @@ def bad(argument: str, pattern: str, *inputs: Any, **keywords: Any) -> BadCase:
     return BadCase(argument, pattern, inputs, keywords)
 
 
+def uniform(*shape: int, dtype: torch.dtype, seed: int = 0, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
+    """Uniform values in ``[low, high)`` drawn in float64 from ``seed``, then cast: every dtype rounds the same
+    draw, so a float32 input is the float64 one rounded."""
+    generator = torch.Generator().manual_seed(seed)
+    return (low + (high - low) * torch.rand(*shape, generator=generator, dtype=torch.float64)).to(dtype)
+
+
 def named_outputs(out: Any, path: str = "") -> dict[str, Any]:
     """Every value of an operation's output by its path: ``""`` for a plain tensor or value, field names
     (``"plan"``, ``"frame.uncertainty"``) for a dataclass or named tuple, positions for a tuple of tensors;

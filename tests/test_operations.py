@@ -14,14 +14,7 @@ from evidential_prvr import functional as F
 from evidential_prvr.presets import TransportSettings
 
 from . import test_operations_probabilistic, test_operations_uncertainty
-from .operation_tester import FLOAT, OperationTester, bad, input_dtype, missing_entries
-
-
-def _random(*shape: int, dtype: torch.dtype, seed: int = 0, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
-    """Uniform values in ``[low, high)`` drawn in float64 from ``seed``, then cast: every dtype rounds the same draw."""
-    generator = torch.Generator().manual_seed(seed)
-    return (low + (high - low) * torch.rand(*shape, generator=generator, dtype=torch.float64)).to(dtype)
-
+from .operation_tester import FLOAT, OperationTester, bad, input_dtype, missing_entries, uniform
 
 #: Six queries over four videos, two or one per video; every video has a query.
 QUERY_VIDEO = torch.tensor([0, 0, 1, 2, 2, 3])
@@ -30,19 +23,19 @@ Q, V = 6, 4
 
 def _scores(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Frame and clip scores ``[Q, V]`` and the positives of :data:`QUERY_VIDEO`."""
-    return _random(Q, V, dtype=dtype), _random(Q, V, dtype=dtype, seed=1), QUERY_VIDEO
+    return uniform(Q, V, dtype=dtype), uniform(Q, V, dtype=dtype, seed=1), QUERY_VIDEO
 
 
 def _alphas(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Two Dirichlet parameter tensors ``[Q, V]`` in ``[1, 4)``."""
-    return _random(Q, V, dtype=dtype, low=1.0, high=4.0), _random(Q, V, dtype=dtype, seed=1, low=1.0, high=4.0)
+    return uniform(Q, V, dtype=dtype, low=1.0, high=4.0), uniform(Q, V, dtype=dtype, seed=1, low=1.0, high=4.0)
 
 
 def _groups(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Query-clip similarities of two videos ``[2, 3, 5]`` with a padded query and a padded clip."""
     query_mask = torch.tensor([[True, True, True], [True, True, False]])
     clip_mask = torch.tensor([[True, True, True, True, True], [True, True, True, True, False]])
-    return _random(2, 3, 5, dtype=dtype, seed=2), query_mask, clip_mask
+    return uniform(2, 3, 5, dtype=dtype, seed=2), query_mask, clip_mask
 
 
 def _branch(prefix: str) -> dict[str, tuple[tuple[int, ...], object]]:
@@ -73,7 +66,7 @@ class TestMaxSimilarity(OperationTester):
 
     def inputs(self, dtype):
         video_mask = torch.tensor([[True, True, True], [True, False, True], [True, True, False], [False, True, True]])
-        return _random(Q, 8, dtype=dtype), _random(V, 3, 8, dtype=dtype, seed=1), video_mask
+        return uniform(Q, 8, dtype=dtype), uniform(V, 3, 8, dtype=dtype, seed=1), video_mask
 
     def bad_cases(self):
         query, video, mask = self.inputs(torch.float32)
@@ -90,10 +83,10 @@ class TestEvidence(OperationTester):
     module_equals_function_skip = "a function only: the losses take its evidence"
 
     def inputs(self, dtype):
-        return (_random(Q, V, dtype=dtype),)
+        return (uniform(Q, V, dtype=dtype),)
 
     def bad_cases(self):
-        sim = _random(Q, V, dtype=torch.float32)
+        sim = uniform(Q, V, dtype=torch.float32)
         return [bad("tau", r"tau must be a finite number > 0, got 0.0", sim, tau=0.0),
                 bad("tanh_scaling", r"tanh_scaling must be one of 'inside', 'outside'; got 'middle'", sim,
                     tanh_scaling="middle"),
@@ -252,7 +245,7 @@ class TestDirichletMSELoss(OperationTester):
 
     def inputs(self, dtype):
         target = torch.nn.functional.one_hot(QUERY_VIDEO, V).to(dtype)
-        return _random(Q, V, dtype=dtype, low=1.0, high=5.0), target
+        return uniform(Q, V, dtype=dtype, low=1.0, high=5.0), target
 
     def bad_cases(self):
         alpha, target = self.inputs(torch.float32)
@@ -388,7 +381,7 @@ class TestSinkhorn(OperationTester):
 
     def inputs(self, dtype):
         a = torch.tensor([[1 / 3, 1 / 3, 1 / 3], [0.5, 0.5, 0.0]], dtype=dtype)  # the second problem masks a row
-        return _random(2, 3, 4, dtype=dtype, seed=3), a, torch.full((2, 4), 0.25, dtype=dtype)
+        return uniform(2, 3, 4, dtype=dtype, seed=3), a, torch.full((2, 4), 0.25, dtype=dtype)
 
     def bad_cases(self):
         scores, a, b = self.inputs(torch.float32)
@@ -547,10 +540,10 @@ class TestQueryDiversityLoss(OperationTester):
     compiles = True
 
     def inputs(self, dtype):
-        return _random(Q, 8, dtype=dtype), QUERY_VIDEO
+        return uniform(Q, 8, dtype=dtype), QUERY_VIDEO
 
     def bad_cases(self):
-        emb = _random(Q, 8, dtype=torch.float32)
+        emb = uniform(Q, 8, dtype=torch.float32)
         return [bad("query_video", r"query_video must have shape \[5\] to match query_emb, got \(6,\)", emb[:5], QUERY_VIDEO),
                 bad("lam", r"lam must lie in \[0.0, 64.0\], got -1.0", emb, QUERY_VIDEO, lam=-1.0)]
 
@@ -568,7 +561,7 @@ class TestBaseRetrievalLoss(OperationTester):
 
     def inputs(self, dtype):
         frame, clip, qv = _scores(dtype)
-        return frame, clip, _random(Q, 8, dtype=dtype, seed=2), qv
+        return frame, clip, uniform(Q, 8, dtype=dtype, seed=2), qv
 
     def bad_cases(self):
         frame, clip, emb, qv = self.inputs(torch.float32)
@@ -607,7 +600,7 @@ class TestHolmesCriterion(OperationTester):
                                    "IntraVideoEvidentialLoss: tests/test_criterion.py checks it against its parts")
 
     def inputs(self, dtype):
-        return *_scores(dtype), _random(Q, 8, dtype=dtype, seed=2), _random(V, 5, 8, dtype=dtype, seed=3)
+        return *_scores(dtype), uniform(Q, 8, dtype=dtype, seed=2), uniform(V, 5, 8, dtype=dtype, seed=3)
 
     def call(self, *inputs, **keywords):
         frame, clip, qv, query_emb, clip_emb = inputs

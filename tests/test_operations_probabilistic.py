@@ -8,20 +8,14 @@ import torch
 from evidential_prvr import functional as F
 from evidential_prvr import probabilistic as P
 
-from .operation_tester import FLOAT, OperationTester, bad
+from .operation_tester import FLOAT, OperationTester, bad, uniform
 
 LEARNED = "learned layers: no public function computes what the module does"
 
 
-def _random(*shape: int, dtype: torch.dtype, seed: int = 0, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
-    """Uniform values in ``[low, high)`` drawn in float64 from ``seed``, then cast: every dtype rounds the same draw."""
-    generator = torch.Generator().manual_seed(seed)
-    return (low + (high - low) * torch.rand(*shape, generator=generator, dtype=torch.float64)).to(dtype)
-
-
 def _gaussian(*shape: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Means in ``[-1, 1)`` and log-variances in ``[-2, 1)`` of one shape."""
-    return _random(*shape, dtype=dtype, seed=seed), _random(*shape, dtype=dtype, seed=seed + 100, low=-2.0, high=1.0)
+    return uniform(*shape, dtype=dtype, seed=seed), uniform(*shape, dtype=dtype, seed=seed + 100, low=-2.0, high=1.0)
 
 
 def _pairs(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -36,12 +30,12 @@ def _broadcast_pairs(dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
 
 def _costs(dtype: torch.dtype) -> torch.Tensor:
     """Square ``[4, 4]`` non-negative costs, the positives on the diagonal."""
-    return _random(4, 4, dtype=dtype, low=0.0, high=3.0)
+    return uniform(4, 4, dtype=dtype, low=0.0, high=3.0)
 
 
 def _pair_of_similarities(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Holistic and atomistic similarities ``[4, 4]``."""
-    return _random(4, 4, dtype=dtype), _random(4, 4, dtype=dtype, seed=1)
+    return uniform(4, 4, dtype=dtype), uniform(4, 4, dtype=dtype, seed=1)
 
 
 def _gaussian_outputs(*shape: int, prefix: str = "") -> dict[str, tuple[tuple[int, ...], str]]:
@@ -53,7 +47,7 @@ def _moving(bridge: torch.nn.Module) -> torch.nn.Module:
     """A bridge that moves: its drift's last layer starts at zero (a new bridge lands where it starts)."""
     last = bridge.drift[-1]
     with torch.no_grad():
-        last.weight.copy_(0.1 * _random(*last.weight.shape, dtype=last.weight.dtype, seed=9))
+        last.weight.copy_(0.1 * uniform(*last.weight.shape, dtype=last.weight.dtype, seed=9))
     return bridge
 
 
@@ -169,10 +163,10 @@ class TestKLMargin(OperationTester):
     module_equals_function_skip = "SelectiveConfidence(kind='kl_margin') reads it (the selective_confidence entry)"
 
     def inputs(self, dtype):
-        return (_random(4, 5, dtype=dtype, low=0.0, high=3.0),)
+        return (uniform(4, 5, dtype=dtype, low=0.0, high=3.0),)
 
     def bad_cases(self):
-        cost = _random(4, 5, dtype=torch.float32)
+        cost = uniform(4, 5, dtype=torch.float32)
         return [bad("cost", r"at least 2 columns \(candidates\) per query, got shape \(4, 1\)", cost[:, :1]),
                 bad("cost", "cost must be finite, got NaN or Inf", cost / 0.0, validate_args=True)]
 
@@ -296,7 +290,7 @@ class TestCombineVideoLogVariances(OperationTester):
     module_equals_function_skip = "TokenUncertaintyHead combines its log-variance with it (that module's entry)"
 
     def inputs(self, dtype):
-        return _random(3, 4, dtype=dtype), _random(3, 4, dtype=dtype, seed=1)
+        return uniform(3, 4, dtype=dtype), uniform(3, 4, dtype=dtype, seed=1)
 
     def bad_cases(self):
         base, token = self.inputs(torch.float32)
@@ -311,10 +305,10 @@ class TestGaussianEmbeddingHead(OperationTester):
     module_equals_function_skip = LEARNED
 
     def inputs(self, dtype):
-        return (_random(3, 8, dtype=dtype),)
+        return (uniform(3, 8, dtype=dtype),)
 
     def bad_cases(self):
-        x = _random(3, 8, dtype=torch.float32)
+        x = uniform(3, 8, dtype=torch.float32)
         return [bad("x", r"x must have last dimension 8, got shape \(3, 5\)", x[:, :5]),
                 bad("dim_in", "dim_in must be >= 1, got 0", x, dim_in=0),
                 bad("logvar_bounds", r"logvar_bounds must be finite with low < high, got \(2.0, -6.0\)", x,
@@ -330,7 +324,7 @@ class TestTokenUncertaintyHead(OperationTester):
 
     def inputs(self, dtype):
         mask = torch.tensor([[True, True, False], [True, True, True]])
-        return _random(2, 3, 8, dtype=dtype), _random(2, 4, dtype=dtype, seed=1), mask
+        return uniform(2, 3, 8, dtype=dtype), uniform(2, 4, dtype=dtype, seed=1), mask
 
     def bad_cases(self):
         tokens, base, mask = self.inputs(torch.float32)
@@ -392,7 +386,7 @@ class TestDABAlignment(OperationTester):
 
     def inputs(self, dtype):
         mask = torch.tensor([[True, True], [True, False], [False, True]])
-        return _random(3, 8, dtype=dtype), _random(3, 2, 8, dtype=dtype, seed=1), mask
+        return uniform(3, 8, dtype=dtype), uniform(3, 2, 8, dtype=dtype, seed=1), mask
 
     def bad_cases(self):
         text, tokens, mask = self.inputs(torch.float32)
@@ -417,7 +411,7 @@ class TestBiasedMaxSimilarity(OperationTester):
         return module(composed_tokens, target_tokens)
 
     def inputs(self, dtype):
-        return _random(2, 3, 4, dtype=dtype), _random(5, 2, 4, dtype=dtype, seed=1), _random(3, dtype=dtype, seed=2)
+        return uniform(2, 3, 4, dtype=dtype), uniform(5, 2, 4, dtype=dtype, seed=1), uniform(3, dtype=dtype, seed=2)
 
     def bad_cases(self):
         composed, target, bias = self.inputs(torch.float32)
@@ -468,7 +462,7 @@ class TestProbabilisticTextEmbedding(OperationTester):
 
     def inputs(self, dtype):
         mask = torch.tensor([[True, False, True], [True, True, True]])
-        return _random(2, 8, dtype=dtype), _random(2, 3, 8, dtype=dtype, seed=1), mask
+        return uniform(2, 8, dtype=dtype), uniform(2, 3, 8, dtype=dtype, seed=1), mask
 
     def bad_cases(self):
         text, reference, mask = self.inputs(torch.float32)
@@ -486,7 +480,7 @@ class TestComposeByWeights(OperationTester):
     module_equals_function_skip = LEARNED
 
     def inputs(self, dtype):
-        return _random(2, 8, dtype=dtype), _random(2, 3, 8, dtype=dtype, seed=1)
+        return uniform(2, 8, dtype=dtype), uniform(2, 3, 8, dtype=dtype, seed=1)
 
     def bad_cases(self):
         reference, text = self.inputs(torch.float32)
@@ -504,7 +498,7 @@ class TestQueryTokenAttention(OperationTester):
 
     def inputs(self, dtype):
         text_mask = torch.tensor([[True, True, False], [True, True, True]])
-        return None, _random(2, 3, 8, dtype=dtype), text_mask, _random(2, 4, 8, dtype=dtype, seed=1)
+        return None, uniform(2, 3, 8, dtype=dtype), text_mask, uniform(2, 4, 8, dtype=dtype, seed=1)
 
     def bad_cases(self):
         _, text, text_mask, visual = self.inputs(torch.float32)
@@ -532,7 +526,7 @@ class TestHUDObjective(OperationTester):
 
     def inputs(self, dtype):
         text_mask = torch.tensor([[True, True, False], [True, True, True], [True, False, True]])
-        return (_random(3, 2, 4, dtype=dtype), _random(3, 3, 4, dtype=dtype, seed=1), _random(3, 2, 4, dtype=dtype, seed=2),
+        return (uniform(3, 2, 4, dtype=dtype), uniform(3, 3, 4, dtype=dtype, seed=1), uniform(3, 2, 4, dtype=dtype, seed=2),
                 None, text_mask)
 
     def bad_cases(self):

@@ -9,7 +9,7 @@ import evidential_prvr as ep
 from evidential_prvr import functional as F
 from evidential_prvr.uncertainty import GalleryOpinion, QueryTypeThresholds
 
-from .operation_tester import FLOAT, OperationTester, bad
+from .operation_tester import FLOAT, OperationTester, bad, uniform
 
 Q, V, K = 5, 7, 3
 #: The annotated video of each query.
@@ -17,15 +17,9 @@ TARGET = torch.tensor([0, 3, 6, 2, 2])
 OPINION_INPUT = "its input is a GalleryOpinion; gallery_opinion's gradient is checked in its own entry"
 
 
-def _random(*shape: int, dtype: torch.dtype, seed: int = 0, low: float = -1.0, high: float = 1.0) -> torch.Tensor:
-    """Uniform values in ``[low, high)`` drawn in float64 from ``seed``, then cast: every dtype rounds the same draw."""
-    generator = torch.Generator().manual_seed(seed)
-    return (low + (high - low) * torch.rand(*shape, generator=generator, dtype=torch.float64)).to(dtype)
-
-
 def _gallery_scores(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Frame and clip scores of ``Q`` queries over a gallery of ``V`` videos."""
-    return _random(Q, V, dtype=dtype), _random(Q, V, dtype=dtype, seed=1)
+    return uniform(Q, V, dtype=dtype), uniform(Q, V, dtype=dtype, seed=1)
 
 
 def _opinion(dtype: torch.dtype) -> GalleryOpinion:
@@ -35,8 +29,8 @@ def _opinion(dtype: torch.dtype) -> GalleryOpinion:
 
 def _features(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Uncertainty, consistency, aleatoric uncertainty and runner-up consistency of 8 queries."""
-    return (_random(8, dtype=dtype, low=0.2, high=0.9), _random(8, dtype=dtype, seed=1, low=0.0, high=1.0),
-            _random(8, dtype=dtype, seed=2, low=0.5, high=1.5), _random(8, dtype=dtype, seed=3, low=0.0, high=1.0))
+    return (uniform(8, dtype=dtype, low=0.2, high=0.9), uniform(8, dtype=dtype, seed=1, low=0.0, high=1.0),
+            uniform(8, dtype=dtype, seed=2, low=0.5, high=1.5), uniform(8, dtype=dtype, seed=3, low=0.0, high=1.0))
 
 
 def _branch(prefix: str) -> dict[str, tuple[tuple[int, ...], object]]:
@@ -76,8 +70,9 @@ class TestIdentifyQueryTypes(OperationTester):
     module_equals_function_skip = ("GalleryQueryIdentifier applies it to an opinion; the module is checked with the "
                                    "batch rule (batch_rule_query_types' entry) and in tests/test_uncertainty_modules.py")
 
-    def per_call(self):
-        return {"runner_up": _features(torch.float64)[3]}
+    def call(self, *inputs, **keywords):
+        # the runner-up consistency (a keyword of the function) in the dtype of the other features
+        return F.identify_query_types(*inputs, **{"runner_up": _features(inputs[0].dtype)[3], **keywords})
 
     def inputs(self, dtype):
         u, c, xi, _ = _features(dtype)
