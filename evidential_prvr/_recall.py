@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-#: The cut-offs of R@K and SumR in PRVR (Holmes §4.1, the MS-SL protocol): R@1, R@5, R@10 and R@100.
+#: The cut-offs of R@K and SumR in PRVR, R@1, R@5, R@10 and R@100 (Holmes §4.1, the MS-SL protocol).
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 100)
 
 

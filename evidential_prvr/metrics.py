@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from evidential_prvr import _recall
 from evidential_prvr._checks import check_finite, check_index_vector, check_positive_int, check_tensor
 from evidential_prvr._hierarchical_bootstrap import (
     LOWER_IS_BETTER,
@@ -28,13 +29,17 @@ from evidential_prvr._hierarchical_bootstrap import (
     hierarchical_bootstrap,
     run_metric,
 )
-from evidential_prvr._recall import DEFAULT_KS, check_ks, recall_from_ranks
+from evidential_prvr._recall import check_ks, recall_from_ranks
 from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall
 from evidential_prvr._selective_bootstrap import SELECTIVE_METRICS, compare_selective_runs, selective_run_metric
 
-__all__ = ["recall_at_k", "recall_from_ranks", "DEFAULT_KS", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc",
-           "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison", "compare_runs", "LOWER_IS_BETTER",
-           "SELECTIVE_METRICS", "selective_run_metric", "compare_selective_runs"]
+__all__ = ["recall_at_k", "recall_from_ranks", "DEFAULT_KS", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage",
+           "aurc", "e_aurc", "augrc", "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison",
+           "compare_runs", "LOWER_IS_BETTER", "SELECTIVE_METRICS", "selective_run_metric", "compare_selective_runs"]
+
+#: The cut-offs of R@K and SumR in PRVR, R@1, R@5, R@10 and R@100 (Holmes §4.1, the MS-SL protocol), the default
+#: ``ks`` of every recall of the library.
+DEFAULT_KS = _recall.DEFAULT_KS
 
 
 def _as_tensor(x: object, name: str) -> torch.Tensor:

@@ -28,7 +28,7 @@ __all__ = ["score_split", "retrieval_metrics", "selective_metrics", "evaluate_sp
            "RECALL_KS", "multi_positive_ranks"]
 
 COVERAGES = (0.25, 0.10)
-#: The recall cut-offs of DAB's text-to-video protocol (DAB §4, CLIP4Clip's): R@1, R@5, R@10.
+#: The recall cut-offs of DAB's text-to-video protocol, R@1, R@5 and R@10 (DAB §4, CLIP4Clip's).
 RECALL_KS = (1, 5, 10)
 
 

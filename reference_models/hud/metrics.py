@@ -14,7 +14,7 @@ from reference_models.hud.data import EDIT_TYPES, CVRSplit, make_batch
 
 __all__ = ["RECALL_KS", "covr_recalls", "target_ranks", "split_ranks", "evaluate_split"]
 
-#: WebVid-CoVR's cut-offs (HUD §4): R@1, R@5, R@10 and R@50, and their mean.
+#: WebVid-CoVR's cut-offs, R@1, R@5, R@10 and R@50, whose mean HUD reports (HUD §4).
 RECALL_KS = (1, 5, 10, 50)
 
 
