@@ -4,9 +4,13 @@ Runs ``--steps`` training steps of ``--config`` on the set that ``release_fideli
 validation, and prints per stage (building the batch, forward pass and loss, backward pass, clipping and the
 optimiser step, validation) the resident memory before it, its peak during it and after it; and, for the
 first forward pass, the memory that autograd keeps for the backward pass per part of the model (distinct
-storages, so a tensor shared by two parts counts once, under the first). The peak of a stage is the
-kernel's ``VmHWM`` after resetting it (``/proc/self/clear_refs``), so this runs on Linux only, and it
-resets ``ru_maxrss`` as well: measure a run's peak with ``release_fidelity.py train``, not here.
+storages, so a tensor shared by two parts counts once, under the first). The peak of a stage is the largest of
+the kernel's ``VmHWM`` after resetting it (``/proc/self/clear_refs``) and the resident sizes read before and
+after the stage: the kernel refreshes its high-water mark only when it unmaps pages, from its per-CPU
+approximation of the resident size (off by up to a batch of pages per CPU, 256 KiB on two CPUs), while
+``VmRSS`` is the exact sum, so a resident size read before a stage that frees memory can exceed the kernel's
+mark (by 60-210 KiB, measured on the step that trims the heaps). This runs on Linux only, and it resets
+``ru_maxrss`` as well: measure a run's peak with ``release_fidelity.py train``, not here.
 
 ``--host-memory POLICY`` chooses the engine's allocator policy (:mod:`reference_models.engine.host_memory`;
 default the engine's, called after every optimiser step as the engine's loop does); ``--glibc-default``
@@ -52,21 +56,30 @@ def resident_gib() -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+def reset_peak() -> None:
+    """Reset the kernel's high-water mark (``VmHWM``) to the current resident size."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+        f.write("5")
+
+
 class StageMeter:
-    """Records resident memory before, at the peak of and after each stage."""
+    """Records resident memory before, at the peak of and after each stage.
+
+    The peak is the largest of the kernel's mark and the two resident sizes read (the module's docstring says
+    why the kernel's mark alone can fall below them), so ``before <= peak >= after`` holds by construction.
+    """
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
 
     def __call__(self, name: str, fn):
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")  # reset the peak (VmHWM) to the current resident size
-        # read after the reset: the peak never falls below a resident size read after it (read before it, a
-        # resident size that then shrank could exceed the peak)
+        reset_peak()
         before = resident_gib()[0]
         start = time.perf_counter()
         result = fn()
-        after, peak = resident_gib()
+        after, kernel_peak = resident_gib()
+        peak = max(kernel_peak, before, after)
+        # rounding is monotone, so the rounded figures keep before <= peak >= after
         self.rows.append({"stage": name, "before_gib": round(before, 2), "peak_gib": round(peak, 2),
                           "after_gib": round(after, 2), "seconds": round(time.perf_counter() - start, 1)})
         print(json.dumps(self.rows[-1]), flush=True)

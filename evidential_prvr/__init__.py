@@ -45,7 +45,7 @@ from evidential_prvr.uncertainty import (
     SelectiveConfidence,
 )
 
-__version__ = "2.0.0"
+__version__ = "3.0.0"
 
 __all__ = [
     # validation switch

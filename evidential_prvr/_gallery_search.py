@@ -22,6 +22,7 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._numerics import HALF_DTYPES, normalize_rows
+from evidential_prvr._recall import DEFAULT_KS, check_ks, recall_from_ranks
 from evidential_prvr._rerank_kernels import pair_max
 from evidential_prvr.functional._gallery import _QueryCandidates
 
@@ -163,29 +164,21 @@ class SearchResult(_QueryCandidates):
         resolved = (at_least < self.k) | (self.k >= self.num_videos)
         return torch.where(resolved, at_least, torch.full_like(at_least, -1))
 
-    def recall_at_k(self, ks: Sequence[int] = (1, 5, 10, 100)) -> dict[str, float]:
+    def recall_at_k(self, ks: Sequence[int] = DEFAULT_KS) -> dict[str, float]:
         """R@K in percent and ``SumR``, as :func:`evidential_prvr.metrics.recall_at_k` on the full score matrix.
 
-        Needs a search with ``target=`` and ``k > max(ks)`` (or ``k`` covering the whole gallery).
+        :func:`evidential_prvr.metrics.recall_from_ranks` of :meth:`target_ranks`, a target beyond the list
+        counting as a miss. Needs a search with ``target=`` and ``k > max(ks)`` (or ``k`` covering the whole
+        gallery).
         """
-        cuts = [] if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) else list(ks)
-        if not cuts:
-            raise TypeError(f"ks must be a non-empty sequence of ints, got {ks!r}")
-        for cut in cuts:
-            check_positive_int(cut, "ks")
-        if len(set(cuts)) < len(cuts):
-            raise ValueError(f"ks must hold distinct values, got {tuple(cuts)}")
-        if max(ks) >= self.k and self.k < self.num_videos:
-            raise ValueError(f"recall_at_k with ks up to {max(ks)} needs a search with k > {max(ks)} "
+        cuts = check_ks(ks)
+        if max(cuts) >= self.k and self.k < self.num_videos:
+            raise ValueError(f"recall_at_k with ks up to {max(cuts)} needs a search with k > {max(cuts)} "
                              f"(or k >= the {self.num_videos} videos), got k = {self.k}")
         ranks = self.target_ranks()
-        cutoffs = torch.tensor(list(ks), dtype=torch.long, device=ranks.device)
-        found = (ranks >= 1).unsqueeze(1)
-        hits = (found & (ranks.unsqueeze(1) <= cutoffs.unsqueeze(0))).sum(dim=0).double()
-        recalls = (100.0 * hits / ranks.shape[0]).tolist()
-        result = {f"R@{cut}": float(r) for cut, r in zip(ks, recalls)}
-        result["SumR"] = float(sum(recalls))
-        return result
+        # a target the list does not hold (rank below 1) ranks after its k-th video, past every cut-off: a miss
+        ranks = torch.where(ranks >= 1, ranks, torch.full_like(ranks, self.k + 1))
+        return recall_from_ranks(ranks, cuts)
 
 
 def _check_gallery(

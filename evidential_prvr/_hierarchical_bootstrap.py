@@ -21,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from evidential_prvr._recall import DEFAULT_KS, check_ks, hits_within
+
 #: Metrics where a smaller value is better (the verdict of a comparison flips its sign for them).
 LOWER_IS_BETTER = frozenset({"MnR", "MdR"})
 
@@ -45,26 +47,17 @@ def _check_metric(metric: str) -> tuple[str, int]:
     return metric, 0
 
 
-def _check_ks(ks: Sequence[int]) -> tuple[int, ...]:
-    ks = tuple(ks)
-    if not ks or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in ks):
-        raise ValueError(f"ks must be a non-empty sequence of integers >= 1, got {ks!r}")
-    return tuple(int(k) for k in ks)
-
-
 def _per_query(values: torch.Tensor, kind: str, k: int, ks: tuple[int, ...]) -> torch.Tensor:
     """The per-query contribution whose mean over queries is the metric (every kind but the medians)."""
-    if kind == "recall":
-        return 100.0 * (values <= k).double()
+    if kind == "recall":  # the per-query terms of recall_from_ranks, so the means are its figures
+        return 100.0 * hits_within(values, (k,))[..., 0].double()
     if kind in ("SumR", "MeanR"):
-        hits = torch.zeros(values.shape, dtype=torch.float64)
-        for kk in ks:  # a few cut-offs, each over every value at once
-            hits += values <= kk
+        hits = hits_within(values, ks).sum(dim=-1).double()
         return hits.mul_(100.0 / (len(ks) if kind == "MeanR" else 1))
     return values.double()  # MnR, mean
 
 
-def run_metric(ranks: torch.Tensor, metric: str, *, ks: Sequence[int] = (1, 5, 10, 100)) -> torch.Tensor:
+def run_metric(ranks: torch.Tensor, metric: str, *, ks: Sequence[int] = DEFAULT_KS) -> torch.Tensor:
     r"""A retrieval metric of the per-query ranks along the last dimension (one value per run).
 
     With the 1-based ranks :math:`r_1, \dots, r_Q` of the ground truth of the :math:`Q` queries of a run:
@@ -114,7 +107,7 @@ def run_metric(ranks: torch.Tensor, metric: str, *, ks: Sequence[int] = (1, 5, 1
     DAB §4 (CLIP4Clip); the mean of R@1, 5, 10, 50: HUD §4 (WebVid-CoVR).
     """
     kind, k = _check_metric(metric)
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     ranks = torch.as_tensor(ranks)
     if ranks.dim() < 1 or ranks.shape[-1] < 1:
         raise ValueError(f"ranks must be [..., Q] with Q >= 1, got shape {tuple(ranks.shape)}")
@@ -215,7 +208,7 @@ def hierarchical_bootstrap(
     metric: str,
     *,
     n_boot: int = 2000,
-    ks: Sequence[int] = (1, 5, 10, 100),
+    ks: Sequence[int] = DEFAULT_KS,
     generator: torch.Generator | int | None = None,
     chunk: int | None = None,
 ) -> torch.Tensor:
@@ -290,7 +283,7 @@ def hierarchical_bootstrap(
     benchmarks", MLSys 2021. The ranks are those of Holmes §4.1 (R@K, SumR), DAB §4 (MnR, MdR) and HUD §4.
     """
     kind, k = _check_metric(metric)
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
         raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1):
@@ -424,7 +417,7 @@ def compare_runs(
     *,
     n_boot: int = 2000,
     level: float = 0.95,
-    ks: Sequence[int] = (1, 5, 10, 100),
+    ks: Sequence[int] = DEFAULT_KS,
     generator: torch.Generator | int | None = None,
 ) -> dict[str, RunComparison]:
     r"""Per-model mean ± s.d. and the difference with a hierarchical-bootstrap interval, for each metric.
@@ -481,7 +474,7 @@ def compare_runs(
         raise ValueError(f"level must be a number in (0, 1), got {level!r}")
     if isinstance(metrics, str):
         raise TypeError("metrics must be a sequence of metric names, not one string")
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     for metric in metrics:
         _check_metric(metric)
     seed = int(generator) if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool) else None

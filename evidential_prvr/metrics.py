@@ -4,7 +4,10 @@ metrics of selective retrieval.
 R@K is the percentage of queries whose ground-truth video ranks in the top K, and SumR the sum of the
 R@K (Holmes §4.1, "Metrics"; the protocol of MS-SL that every PRVR paper reports).
 
-Users call :func:`evidential_prvr.metrics.recall_at_k`; a system that may abstain is evaluated from one
+Users call :func:`evidential_prvr.metrics.recall_at_k` on a score matrix, or
+:func:`~evidential_prvr.metrics.recall_from_ranks` on the 1-based ranks their own evaluation computed (every recall
+of the library and of its reference tasks is that one function, with the default cut-offs
+:data:`~evidential_prvr.metrics.DEFAULT_KS`); a system that may abstain is evaluated from one
 confidence and one correctness flag per query with :func:`~evidential_prvr.metrics.risk_coverage`,
 :func:`~evidential_prvr.metrics.aurc`, :func:`~evidential_prvr.metrics.e_aurc`,
 :func:`~evidential_prvr.metrics.augrc` and :func:`~evidential_prvr.metrics.selective_recall`.
@@ -17,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from evidential_prvr import _recall
 from evidential_prvr._checks import check_finite, check_index_vector, check_positive_int, check_tensor
 from evidential_prvr._hierarchical_bootstrap import (
     LOWER_IS_BETTER,
@@ -25,12 +29,17 @@ from evidential_prvr._hierarchical_bootstrap import (
     hierarchical_bootstrap,
     run_metric,
 )
+from evidential_prvr._recall import check_ks, recall_from_ranks
 from evidential_prvr._risk_coverage import RiskCoverage, augrc, aurc, e_aurc, risk_coverage, selective_recall
 from evidential_prvr._selective_bootstrap import SELECTIVE_METRICS, compare_selective_runs, selective_run_metric
 
-__all__ = ["recall_at_k", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage", "aurc", "e_aurc", "augrc",
-           "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison", "compare_runs", "LOWER_IS_BETTER",
-           "SELECTIVE_METRICS", "selective_run_metric", "compare_selective_runs"]
+__all__ = ["recall_at_k", "recall_from_ranks", "DEFAULT_KS", "ranks_of_ground_truth", "RiskCoverage", "risk_coverage",
+           "aurc", "e_aurc", "augrc", "selective_recall", "run_metric", "hierarchical_bootstrap", "RunComparison",
+           "compare_runs", "LOWER_IS_BETTER", "SELECTIVE_METRICS", "selective_run_metric", "compare_selective_runs"]
+
+#: The cut-offs of R@K and SumR in PRVR, R@1, R@5, R@10 and R@100 (Holmes §4.1, the MS-SL protocol), the default
+#: ``ks`` of every recall of the library.
+DEFAULT_KS = _recall.DEFAULT_KS
 
 
 def _as_tensor(x: object, name: str) -> torch.Tensor:
@@ -93,7 +102,7 @@ def ranks_of_ground_truth(scores: torch.Tensor, gt: torch.Tensor, *, query_chunk
 def recall_at_k(
     scores: torch.Tensor | np.ndarray,
     gt: torch.Tensor | np.ndarray,
-    ks: Sequence[int] = (1, 5, 10, 100),
+    ks: Sequence[int] = DEFAULT_KS,
     *,
     query_chunk: int = 1024,
 ) -> dict[str, float]:
@@ -102,7 +111,7 @@ def recall_at_k(
     ``R@k`` is the percentage of queries whose ground-truth video ranks within the top ``k``, the rank
     being 1 + the number of other videos scoring >= the ground truth (ties count against the model; see
     :func:`ranks_of_ground_truth`). ``SumR`` is the sum of the ``R@k`` values (the PRVR convention with
-    ``ks=(1, 5, 10, 100)``).
+    ``ks=(1, 5, 10, 100)``). It is :func:`recall_from_ranks` of :func:`ranks_of_ground_truth`.
 
     Parameters
     ----------
@@ -111,7 +120,7 @@ def recall_at_k(
     gt : torch.Tensor or numpy.ndarray
         ``[Nq]`` integer ground-truth video index of each query.
     ks : sequence of int
-        Distinct cut-offs ``k >= 1``.
+        Distinct cut-offs ``k >= 1`` (default :data:`DEFAULT_KS`).
     query_chunk : int
         Queries compared at a time (bounds the temporary memory).
 
@@ -134,17 +143,5 @@ def recall_at_k(
     """
     scores_t = _as_tensor(scores, "scores")
     gt_t = _as_tensor(gt, "gt")
-    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) or len(ks) == 0:
-        raise TypeError(f"ks must be a non-empty sequence of ints, got {ks!r}")
-    for k in ks:
-        check_positive_int(k, "ks")
-    if len(set(ks)) != len(ks):
-        raise ValueError(f"ks must hold distinct values, got {tuple(ks)}")
-    ranks = ranks_of_ground_truth(scores_t, gt_t, query_chunk=query_chunk)
-    cutoffs = torch.tensor(list(ks), dtype=torch.long, device=ranks.device)
-    hits = (ranks.unsqueeze(1) <= cutoffs.unsqueeze(0)).sum(dim=0).double()
-    recalls = (100.0 * hits / ranks.shape[0]).tolist()
-    result = {f"R@{k}": float(r) for k, r in zip(ks, recalls)}
-    result["SumR"] = float(sum(recalls))
-    return result
-
+    cuts = check_ks(ks)  # before the ranks: a bad ks is reported without scoring anything
+    return recall_from_ranks(ranks_of_ground_truth(scores_t, gt_t, query_chunk=query_chunk), cuts)

@@ -1,6 +1,8 @@
 """The names users import from the package exist, and the documented entry points work together."""
 
 import importlib
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,17 @@ from evidential_prvr import functional
 @pytest.mark.parametrize("name", evidential_prvr.__all__)
 def test_every_exported_name_resolves(name):
     assert getattr(evidential_prvr, name) is not None
+
+
+def test_the_version_is_written_once_for_the_package_and_its_metadata():
+    """``evidential_prvr.__version__`` is the version that pyproject.toml gives the wheel, and the changelog has a
+    dated section for it."""
+    root = Path(__file__).resolve().parents[1]
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    match = re.search(r'^version = "([^"]+)"$', pyproject, re.M)
+    assert match and match.group(1) == evidential_prvr.__version__
+    changelog = (root / "docs" / "changelog.rst").read_text(encoding="utf-8")
+    assert re.search(rf"^{re.escape(evidential_prvr.__version__)} \(\d{{4}}-\d{{2}}-\d{{2}}\)\n-+$", changelog, re.M)
 
 
 def test_headline_import_from_the_readme():

@@ -62,3 +62,25 @@ def test_ci_runs_the_own_videos_tests_as_the_readme_installs_them():
     extra = ci.index('python -m pip install --quiet -e ".[test,reference,faiss,video]"')
     run = re.search(r"^python -m pytest -q tests/own_videos$", ci, re.M)
     assert run and install < extra < run.start()
+
+
+def test_ci_runs_the_readme_drop_in_snippet_on_the_built_wheel():
+    """.ci/run builds the distributions and hands them to .ci/check_dist.py, whose snippet is the README's drop-in
+    block (the one tests/test_docs_code_blocks.py runs on the checkout) and which installs the wheel elsewhere."""
+    import importlib.util
+
+    from tests.test_docs_code_blocks import markdown_blocks
+
+    spec = importlib.util.spec_from_file_location("check_dist", ROOT / ".ci" / "check_dist.py")
+    assert spec is not None and spec.loader is not None
+    check_dist = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_dist)
+    snippet = check_dist.readme_snippet()
+    assert "criterion.details(" in snippet and "loss.backward()" in snippet
+    assert snippet.strip() in [block.code.strip() for block in markdown_blocks(ROOT / "README.md")]
+    ci = CI_SCRIPT.read_text(encoding="utf-8")
+    build = ci.index('python -m build --sdist --wheel --outdir "$dist" .')
+    check = re.search(r'^python \.ci/check_dist\.py "\$dist"$', ci, re.M)
+    assert check and build < check.start()
+    source = (ROOT / ".ci" / "check_dist.py").read_text(encoding="utf-8")
+    assert '"-m", "venv"' in source and "run_readme_snippet(wheels[0])" in source

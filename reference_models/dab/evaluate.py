@@ -19,15 +19,17 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from evidential_prvr.functional import kl_margin
-from evidential_prvr.metrics import aurc, ranks_of_ground_truth, selective_recall
+from evidential_prvr.metrics import aurc, ranks_of_ground_truth, recall_from_ranks, selective_recall
 from evidential_prvr.uncertainty import EVIDENTIAL_CONFIDENCES, GalleryUncertainty, SelectiveConfidence
 from reference_models.dab.data import T2VSplit
 from reference_models.dab.model import T2VModel, T2VOutput
 
 __all__ = ["score_split", "retrieval_metrics", "selective_metrics", "evaluate_split", "query_cost", "COVERAGES",
-           "multi_positive_ranks"]
+           "RECALL_KS", "multi_positive_ranks"]
 
 COVERAGES = (0.25, 0.10)
+#: The recall cut-offs of DAB's text-to-video protocol, R@1, R@5 and R@10 (DAB §4, CLIP4Clip's).
+RECALL_KS = (1, 5, 10)
 
 
 @torch.no_grad()
@@ -46,10 +48,11 @@ def score_split(model: T2VModel, split: T2VSplit, device: torch.device | str = "
 
 def retrieval_metrics(logits: torch.Tensor, query_video: torch.Tensor) -> dict[str, float]:
     """R@1, R@5, R@10 (%), MdR and MnR of ``[Q, V]`` scores (higher = better)."""
-    ranks = ranks_of_ground_truth(logits, query_video).double()
-    result = {f"R@{k}": float(100.0 * (ranks <= k).double().mean()) for k in (1, 5, 10)}
-    result["MdR"] = float(ranks.median())
-    result["MnR"] = float(ranks.mean())
+    ranks = ranks_of_ground_truth(logits, query_video)
+    result = recall_from_ranks(ranks, RECALL_KS)
+    del result["SumR"]  # DAB's protocol reports the recalls and the ranks, not their sum
+    result["MdR"] = float(ranks.double().median())
+    result["MnR"] = float(ranks.double().mean())
     return result
 
 

@@ -11,7 +11,7 @@ from torch import nn
 from evidential_prvr.functional import info_nce_loss, pac_loss
 from reference_models.dab.config import HeadSettings, T2VConfig, matched_tau
 from reference_models.dab.data import T2VSplit, TrainBatches
-from reference_models.dab.evaluate import evaluate_split, score_split
+from reference_models.dab.evaluate import RECALL_KS, evaluate_split, score_split
 from reference_models.dab.model import T2VModel, T2VOutput
 from reference_models.engine import (
     ComparisonSpec,
@@ -137,7 +137,7 @@ class T2VTask(TrainingTask):
 
     #: DAB vs its CLIP4Clip-style base on the 1k-A-style test (verdict on R@1 and MnR) and the all-captions test.
     comparison = ComparisonSpec(method="dab", base="base", headline=("R@1", "MnR"),
-                                metrics=("R@1", "R@5", "R@10", "MdR", "MnR"), ks=(1, 5, 10),
+                                metrics=("R@1", "R@5", "R@10", "MdR", "MnR"), ks=RECALL_KS,
                                 sets=("test", "test_all"), primary="test")
 
     def query_ranks(self, model: nn.Module, split: T2VSplit, device: torch.device | str, *,

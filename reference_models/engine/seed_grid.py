@@ -96,7 +96,8 @@ class ComparisonSpec:
     metrics : tuple of str
         Every metric reported (names of :func:`evidential_prvr.metrics.run_metric`).
     ks : tuple of int
-        Cut-offs of ``SumR`` / ``MeanR``.
+        Cut-offs of the recalls' ``SumR`` / ``MeanR`` (the task's protocol: no default here, so that the cut-offs
+        are written once, by the task).
     sets : tuple of str
         The evaluation sets each run ranks (``("test",)``; DAB: ``("test", "test_all")``).
     primary : str
@@ -110,7 +111,7 @@ class ComparisonSpec:
     base: str
     headline: tuple[str, ...]
     metrics: tuple[str, ...]
-    ks: tuple[int, ...] = (1, 5, 10, 100)
+    ks: tuple[int, ...]
     sets: tuple[str, ...] = ("test",)
     primary: str = "test"
     ablations: tuple[str, ...] = ()

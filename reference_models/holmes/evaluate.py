@@ -46,7 +46,7 @@ from torch import nn
 
 from evidential_prvr import QueryType, UncertaintyGuidedIdentifier
 from evidential_prvr.functional import macro_f1
-from evidential_prvr.metrics import ranks_of_ground_truth, recall_at_k
+from evidential_prvr.metrics import DEFAULT_KS, ranks_of_ground_truth, recall_at_k, recall_from_ranks
 from evidential_prvr.search import INDEX_TYPES, ClipIndex, IndexSpec, SearchResult
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.data import PRVRSplit, make_query_loader, make_video_loader
@@ -128,13 +128,13 @@ def per_type_recall_at_1(scores: torch.Tensor, gt: torch.Tensor, types: list[str
 
 
 def _per_type_r1(ranks: torch.Tensor, types: list[str | None]) -> dict[str, float]:
-    """R@1 per type from the ground truth's ranks (``-1``: beyond a search's list)."""
+    """R@1 per type from the ground truth's ranks (below 1: beyond a search's list, not first)."""
+    ranks = torch.where(ranks >= 1, ranks, torch.full_like(ranks, 2))
     result: dict[str, float] = {}
     for name in TYPE_NAMES.values():
         rows = torch.tensor([t == name for t in types], dtype=torch.bool, device=ranks.device)
         if bool(rows.any()):
-            hits = (ranks[rows] == 1).sum().double()
-            result[name] = float(100.0 * hits / int(rows.sum()))
+            result[name] = recall_from_ranks(ranks[rows], (1,))["R@1"]
     return result
 
 
@@ -236,7 +236,7 @@ def evaluate_retrieval(
     planted_types: dict[str, str] | None = None,
     identifier: UncertaintyGuidedIdentifier | None = None,
     identify_chunk: int | None = None,
-    ks: tuple[int, ...] = (1, 5, 10, 100),
+    ks: tuple[int, ...] = DEFAULT_KS,
     uncertainty: Any = None,
     index: str | None = None,
     num_candidates: int | None = None,

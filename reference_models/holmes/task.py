@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from evidential_prvr.distributed import gather_sizes, gather_with_grad, rank_offset
+from evidential_prvr.metrics import DEFAULT_KS
 from reference_models.engine import (
     ComparisonSpec,
     DistributedRun,
@@ -159,7 +160,7 @@ class HolmesTask(TrainingTask):
 
     #: Holmes vs the MIL baseline (``--ablation baseline``); the verdict is read on the test SumR.
     comparison = ComparisonSpec(method="holmes", base="baseline", headline=("SumR",),
-                                metrics=("R@1", "R@5", "R@10", "R@100", "SumR"), ks=(1, 5, 10, 100))
+                                metrics=("R@1", "R@5", "R@10", "R@100", "SumR"), ks=DEFAULT_KS)
 
     def query_ranks(self, model: nn.Module, split: PRVRSplit, device: torch.device | str) -> QueryRanks:
         """The rank of every caption's video on ``split``, from the score matrix that

@@ -1,39 +1,52 @@
-"""WebVid-CoVR evaluation: R@1, R@5, R@10, R@50 and their mean, over all test targets, also per edit type."""
+"""WebVid-CoVR evaluation: R@1, R@5, R@10, R@50 and their mean, over all test targets, also per edit type.
+
+The recalls are the library's (:func:`evidential_prvr.metrics.recall_from_ranks`) of the 1-based rank of each
+triplet's target.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from evidential_prvr.metrics import recall_from_ranks
 from reference_models.hud.data import EDIT_TYPES, CVRSplit, make_batch
 
-__all__ = ["RECALL_KS", "recall_at_k", "target_ranks", "split_ranks", "evaluate_split"]
+__all__ = ["RECALL_KS", "covr_recalls", "target_ranks", "split_ranks", "evaluate_split"]
 
+#: WebVid-CoVR's cut-offs, R@1, R@5, R@10 and R@50, whose mean HUD reports (HUD §4).
 RECALL_KS = (1, 5, 10, 50)
 
 
-def recall_at_k(ranks: torch.Tensor) -> dict[str, float]:
-    """``{"R@1", "R@5", "R@10", "R@50", "mean"}`` in percent from 0-based ranks."""
-    out = {f"R@{k}": 100.0 * float((ranks < k).double().mean()) for k in RECALL_KS}
-    out["mean"] = sum(out[f"R@{k}"] for k in RECALL_KS) / len(RECALL_KS)
+def covr_recalls(ranks: torch.Tensor) -> dict[str, float]:
+    """``{"R@1", "R@5", "R@10", "R@50", "mean"}`` in percent from 1-based ranks.
+
+    :func:`evidential_prvr.metrics.recall_from_ranks` at :data:`RECALL_KS`, with the mean of the four recalls
+    (their ``SumR`` over four) in place of the sum.
+    """
+    recalls = recall_from_ranks(ranks, RECALL_KS)
+    out = {f"R@{k}": recalls[f"R@{k}"] for k in RECALL_KS}
+    out["mean"] = recalls["SumR"] / len(RECALL_KS)
     return out
 
 
 def target_ranks(scores: torch.Tensor, target_column: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
-    """0-based rank of each row's target among the gallery columns not ``excluded`` (ties count against it).
+    """1-based rank of each row's target among the gallery columns not ``excluded`` (ties count against it).
 
-    ``scores`` ``[Q, G]``, ``target_column`` ``[Q]``, ``excluded`` ``[Q, G]`` bool (the reference video itself).
+    The rank is 1 + the number of other columns, not excluded, scoring >= the target (the convention of
+    :func:`evidential_prvr.metrics.ranks_of_ground_truth`). ``scores`` ``[Q, G]``, ``target_column`` ``[Q]``,
+    ``excluded`` ``[Q, G]`` bool (the reference video itself).
     """
     positive = scores.gather(1, target_column[:, None])
     better = (scores >= positive) & ~excluded
     better[torch.arange(scores.shape[0]), target_column] = False
-    return better.sum(dim=1)
+    return 1 + better.sum(dim=1)
 
 
 @torch.no_grad()
 def split_ranks(method, model: nn.Module, split: CVRSplit, device: torch.device, *, batch_size: int = 128,
                 seed: int = 0) -> torch.Tensor:
-    """``[Q]`` 0-based rank of every triplet's target among the split's target videos (its reference excluded).
+    """``[Q]`` 1-based rank of every triplet's target among the split's target videos (its reference excluded).
 
     HUD's samples are drawn from a generator seeded with ``seed``, so the ranks are deterministic.
     """
@@ -69,10 +82,10 @@ def evaluate_split(method, model: nn.Module, split: CVRSplit, device: torch.devi
     HUD's samples are drawn from a generator seeded with ``seed``, so an evaluation is deterministic.
     """
     all_ranks = split_ranks(method, model, split, device, batch_size=batch_size, seed=seed)
-    result: dict[str, object] = dict(recall_at_k(all_ranks))
+    result: dict[str, object] = dict(covr_recalls(all_ranks))
     types = split.edit_types
     result["per_type"] = {
-        kind: {**recall_at_k(all_ranks[[i for i, t in enumerate(types) if t == kind]]), "count": types.count(kind)}
+        kind: {**covr_recalls(all_ranks[[i for i, t in enumerate(types) if t == kind]]), "count": types.count(kind)}
         for kind in EDIT_TYPES if kind in types
     }
     return result

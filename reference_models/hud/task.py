@@ -115,4 +115,4 @@ class CVRTask(TrainingTask):
         samples drawn with ``config.eval_seed``); the edit types are the query types."""
         ranks = split_ranks(self.method, model, split, torch.device(device), seed=self.config.eval_seed)
         ids = [f"{i}:{t.reference}>{t.target}" for i, t in enumerate(split.triplets)]
-        return QueryRanks((ranks + 1).tolist(), ids, list(split.edit_types))
+        return QueryRanks(ranks.tolist(), ids, list(split.edit_types))

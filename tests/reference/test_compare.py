@@ -247,7 +247,7 @@ def test_comparison_specs_name_their_headline_metrics():
     assert CVRTask.comparison.headline == ("MeanR",)
     assert T2VTask.comparison.headline == ("R@1", "MnR") and T2VTask.comparison.sets == ("test", "test_all")
     with pytest.raises(ValueError, match="headline"):
-        grid.ComparisonSpec("a", "b", headline=("SumR",), metrics=("R@1",))
+        grid.ComparisonSpec("a", "b", headline=("SumR",), metrics=("R@1",), ks=(1,))
     assert set(cli.TASKS) == {"holmes", "hud", "dab"}
     assert Path(cli.__file__).name == "compare.py"
 

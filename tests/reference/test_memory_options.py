@@ -3,6 +3,7 @@ bit for bit for fewer saved activations, and the engine's allocator setting retu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import platform
 import re
@@ -231,6 +232,41 @@ def test_freed_blocks_leave_the_resident_set():
     assert off["released_mib"] < 100
     trimmed = run("trim")  # the heaps keep the blocks within the step, the trim returns them
     assert trimmed["applied"] is True and trimmed["released_mib"] > 200
+
+
+def _training_memory_benchmark():
+    """``benchmarks/training_memory.py`` as a module (it puts the benchmarks folder on ``sys.path``; undone)."""
+    saved = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("training_memory_benchmark", ROOT / "benchmarks" / "training_memory.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+@pytest.mark.parametrize("readings, expected", [
+    # a stage that frees memory: the kernel's mark (refreshed from its per-CPU approximation of the resident
+    # size) below the exact resident size read before the stage, as measured on the step that trims the heaps
+    ([(0.3551, 0.3551), (0.21, 0.3549)], {"before_gib": 0.36, "peak_gib": 0.36, "after_gib": 0.21}),
+    # a stage that grows and frees: the kernel's mark is the peak
+    ([(0.30, 0.30), (0.31, 0.52)], {"before_gib": 0.3, "peak_gib": 0.52, "after_gib": 0.31}),
+    # a stage that only grows, the mark read before the last pages were counted
+    ([(0.30, 0.30), (0.4012, 0.3987)], {"before_gib": 0.3, "peak_gib": 0.4, "after_gib": 0.4}),
+])
+def test_stage_peak_is_the_largest_resident_size_known(monkeypatch, readings, expected):
+    """The peak of a stage is the larger of the kernel's ``VmHWM`` and the resident sizes read before and after it,
+    so a mark below a size read (the kernel's counter is approximate) cannot put ``before`` above the peak."""
+    benchmark = _training_memory_benchmark()
+    reads = iter(readings)
+    monkeypatch.setattr(benchmark, "reset_peak", lambda: None)
+    monkeypatch.setattr(benchmark, "resident_gib", lambda: next(reads))
+    meter = benchmark.StageMeter()
+    assert meter("stage", lambda: "result") == "result"
+    row = meter.rows[0]
+    assert {key: row[key] for key in expected} == expected
 
 
 @pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self")

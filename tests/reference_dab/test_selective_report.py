@@ -77,7 +77,7 @@ def _record(variant: str, seed: int, confidence: list[float] | None, name: str |
     return grid.RunRecord(variant, 0, seed, {"test": ranks})
 
 
-SPEC = grid.ComparisonSpec("m", "b", headline=("R@1",), metrics=("R@1",))
+SPEC = grid.ComparisonSpec("m", "b", headline=("R@1",), metrics=("R@1",), ks=(1,))
 
 
 def test_the_confidences_are_collected_only_when_every_run_has_one() -> None:

@@ -9,8 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from evidential_prvr.metrics import recall_from_ranks
 from reference_models.hud.losses import HardNegativeNCE, hard_negative_nce
-from reference_models.hud.metrics import recall_at_k, target_ranks
+from reference_models.hud.metrics import RECALL_KS, covr_recalls, target_ranks
 
 
 def loop_hn_nce(q, t, temp, alpha, beta):
@@ -50,7 +51,20 @@ def test_ranks_exclude_the_reference_and_count_ties_against():
     scores = torch.tensor([[0.9, 0.5, 0.5, 0.1], [0.2, 0.8, 0.9, 0.3]])
     target = torch.tensor([1, 1])
     excluded = torch.tensor([[True, False, False, False], [False, False, False, False]])
-    assert target_ranks(scores, target, excluded).tolist() == [1, 1]  # row 0: the tie at 0.5 counts, 0.9 is excluded
-    r = recall_at_k(torch.tensor([0, 3, 7, 20, 60]))
+    # 1-based: row 0's tie at 0.5 counts against the target, its 0.9 is the excluded reference
+    assert target_ranks(scores, target, excluded).tolist() == [2, 2]
+    r = covr_recalls(torch.tensor([1, 4, 8, 21, 61]))
     assert r["R@1"] == 20.0 and r["R@5"] == 40.0 and r["R@10"] == 60.0 and r["R@50"] == 80.0
     assert r["mean"] == pytest.approx(50.0)
+
+
+@given(st.lists(st.integers(1, 80), min_size=1, max_size=60))
+def test_covr_recalls_are_the_library_recalls_and_their_mean(ranks):
+    """The task's recalls are the library's at WebVid-CoVR's cut-offs, and, counted by brute force, the share of
+    1-based ranks within each cut-off (HUD's figures before the task moved onto the library's recall)."""
+    got = covr_recalls(torch.tensor(ranks))
+    library = recall_from_ranks(torch.tensor(ranks), RECALL_KS)
+    assert {key: got[key] for key in library if key != "SumR"} == {k: v for k, v in library.items() if k != "SumR"}
+    assert got["mean"] == library["SumR"] / 4
+    for k in RECALL_KS:
+        assert got[f"R@{k}"] == pytest.approx(100.0 * sum(r <= k for r in ranks) / len(ranks), rel=1e-15)
