@@ -85,6 +85,21 @@ def test_no_library_file_uses_the_generating_machinery(word):
     assert users == [], f"{word} in {users}"
 
 
+def test_no_library_module_holds_its_hyperparameters_through_properties():
+    """torch.nn's idiom: a module stores its arguments as plain attributes, so no property has a setter and no
+    settings object is held (and rebuilt) inside a module."""
+    offenders = []
+    for path in _files("evidential_prvr"):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(d, ast.Attribute) and d.attr == "setter" for d in node.decorator_list):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}.setter")
+        if "self._settings" in text:
+            offenders.append(f"{path.relative_to(ROOT)}: self._settings")
+    assert offenders == []
+
+
 @pytest.mark.parametrize("attribute", ["__signature__", "__doc__"])
 def test_no_library_file_assigns_a_signature_or_a_docstring(attribute):
     offenders = []

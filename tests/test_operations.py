@@ -7,7 +7,6 @@ import torch
 
 import evidential_prvr as ep
 from evidential_prvr import functional as F
-from evidential_prvr.presets import TransportSettings
 
 from .operation_tester import OperationTester
 
@@ -81,7 +80,7 @@ class TestInterVideoLoss(OperationTester):
 class TestIntraVideoLoss(OperationTester):
     function = staticmethod(F.intra_video_loss)
     module = ep.IntraVideoEvidentialLoss
-    settings = {"tau": 0.08, "transport": TransportSettings(epsilon=0.2)}
+    settings = {"tau": 0.08, "epsilon": 0.2}
     module_settings = {"tau": 0.08, "fot": ep.FlexibleOT(epsilon=0.2)}
     gradcheck_skip = ("Eq. 20's labels are the plan, detached by definition: a numerical Jacobian moves them, the "
                       "analytic one holds them (evidence and dirichlet_mse_loss are gradchecked on their own)")

@@ -1,5 +1,6 @@
-"""One schema per operation: each operation's frozen settings dataclass holds its
-hyperparameters, defaults and checks; modules hold one such object; the criterion composes its parts."""
+"""One idiom for every module (torch.nn's and kornia's): ``__init__`` checks its arguments and stores them as plain
+attributes, ``forward`` is one call of the public function with them, ``from_preset`` is written once; the
+registry's sections are the modules' keyword arguments; the criterion composes its parts."""
 
 from __future__ import annotations
 
@@ -12,18 +13,18 @@ import torch
 import evidential_prvr as ep
 from evidential_prvr import functional as F
 from evidential_prvr import presets
-from evidential_prvr._settings import BaseLossSettings, BaseRetrievalSettings, IdentificationSettings
 
-SCHEMAS = (IdentificationSettings, presets.InterVideoSettings, presets.TransportSettings, presets.IntraVideoSettings,
-           BaseLossSettings, BaseRetrievalSettings)
+SECTIONS = (presets.TransportSettings, presets.InterVideoSettings, presets.IntraVideoSettings,
+            presets.BaseLossSettings, presets.HUDSettings, presets.DABSettings)
 
-#: Each public function and the module whose ``forward`` calls it.
+#: Each public function and the module whose ``forward`` (or ``details``) calls it.
 PAIRS = [
     (F.identify, ep.UncertaintyGuidedIdentifier),
     (F.inter_video_loss, ep.EvidentialRetrievalLoss),
     (F.inter_video_loss_details, ep.EvidentialRetrievalLoss),
     (F.flexible_ot, ep.FlexibleOT),
     (F.intra_video_loss, ep.IntraVideoEvidentialLoss),
+    (F.intra_video_loss, ep.FlexibleOT),  # the label's transport: the module's fot
     (F.intra_video_loss_details, ep.IntraVideoEvidentialLoss),
     (F.base_retrieval_loss, ep.BaseRetrievalLoss),
     (F.base_retrieval_loss_details, ep.BaseRetrievalLoss),
@@ -31,6 +32,8 @@ PAIRS = [
     (F.info_nce_loss, ep.InfoNCELoss),
     (F.query_diversity_loss, ep.QueryDiversityLoss),
     (F.gallery_opinion, ep.GalleryUncertainty),
+    (F.dempster_shafer_fusion, ep.DempsterShaferFusion),
+    (F.selective_confidence, ep.SelectiveConfidence),
 ]
 
 
@@ -60,43 +63,46 @@ def test_the_pair_check_catches_a_default_written_twice_differently():
     assert _disagreements(flexible_ot, ep.FlexibleOT) == [("epsilon", 0.2, 0.1)]
 
 
-def _modules_with_settings():
-    return [obj for name in ep.__all__ if inspect.isclass(obj := getattr(ep, name))
-            and issubclass(obj, torch.nn.Module) and callable(getattr(obj, "settings", None))]
-
-
-@pytest.mark.parametrize("module", _modules_with_settings(), ids=lambda m: m.__name__)
-def test_a_module_with_settings_takes_every_field_with_its_default(module):
-    fields = {f.name: f.default for f in dataclasses.fields(module().settings())}
-    takes = _keyword_defaults(module.__init__)
-    assert {name: takes.get(name, "missing") for name in fields} == fields
-    assert any(m is module for _, m in PAIRS), "pair the module with its function in PAIRS"
-
-
-@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: s.__name__)
-def test_schemas_are_frozen_keyword_only_and_checked(schema):
-    settings = schema()
+@pytest.mark.parametrize("section", SECTIONS, ids=lambda s: s.__name__)
+def test_sections_hold_no_defaults_and_are_frozen(section):
+    """A preset writes every value out: a section has no default that a changed function default could move."""
+    assert all(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+               for f in dataclasses.fields(section))
+    value = getattr(presets.holmes_settings("release", "tvr"), {
+        presets.TransportSettings: "transport", presets.InterVideoSettings: "inter",
+        presets.IntraVideoSettings: "intra", presets.BaseLossSettings: "base"}[section]) if section not in (
+        presets.HUDSettings, presets.DABSettings) else (presets.hud_settings("paper") if section is presets.HUDSettings
+                                                        else presets.dab_settings("paper"))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.__setattr__(dataclasses.fields(schema)[0].name, 0)
+        value.__setattr__(dataclasses.fields(section)[0].name, 0)
+
+
+@pytest.mark.parametrize("section", SECTIONS[:4], ids=lambda s: s.__name__)
+def test_holmes_sections_are_keyword_only_and_checked(section):
+    settings = {"transport": presets.TransportSettings, "inter": presets.InterVideoSettings,
+                "intra": presets.IntraVideoSettings, "base": presets.BaseLossSettings}
+    name = next(k for k, v in settings.items() if v is section)
+    value = getattr(presets.holmes_settings("release", "tvr"), name)
     with pytest.raises(TypeError):
-        schema(*[getattr(settings, f.name) for f in dataclasses.fields(schema)])  # no positional order
-    first = dataclasses.fields(schema)[0].name
+        section(*[getattr(value, f.name) for f in dataclasses.fields(section)])  # no positional order
+    first = dataclasses.fields(section)[0].name
     with pytest.raises((TypeError, ValueError), match=first):
-        dataclasses.replace(settings, **{first: "not a value"})
+        dataclasses.replace(value, **{first: "not a value"})
 
 
-def test_registry_sections_are_the_operation_schemas():
+def test_a_registry_section_is_the_modules_keyword_arguments():
     s = presets.holmes_settings("release", "tvr")
-    assert type(s.transport) is presets.TransportSettings is ep._settings.TransportSettings
-    assert ep.FlexibleOT.from_preset("release", "tvr").settings() is not None
-    assert ep.FlexibleOT.from_preset("release", "tvr").settings() == s.transport
-    assert ep.EvidentialRetrievalLoss.from_preset("release", "tvr").settings() == s.inter
-    assert ep.IntraVideoEvidentialLoss.from_preset("release", "tvr").settings() == s.intra
-    assert ep.BaseRetrievalLoss.from_preset("release", "tvr").settings() == \
-        BaseRetrievalSettings.from_sections(s.base, s.weights)
+    for module, section in ((ep.FlexibleOT, s.transport), (ep.EvidentialRetrievalLoss, s.inter)):
+        built, preset = module(**dataclasses.asdict(section)), module.from_preset("release", "tvr")
+        assert repr(built) == repr(preset)
+    intra = ep.IntraVideoEvidentialLoss(ep.FlexibleOT(**dataclasses.asdict(s.transport)), **dataclasses.asdict(s.intra))
+    assert repr(intra) == repr(ep.IntraVideoEvidentialLoss.from_preset("release", "tvr"))
+    base = ep.BaseRetrievalLoss(**dataclasses.asdict(s.base), frame_nce_weight=s.weights.nce_frame,
+                                clip_nce_weight=s.weights.nce_clip, div_weight=s.weights.div)
+    assert repr(base) == repr(ep.BaseRetrievalLoss.from_preset("release", "tvr"))
 
 
-def test_flexible_ot_hyperparameters_are_keyword_only():
+def test_hyperparameters_are_keyword_only():
     with pytest.raises(TypeError):
         ep.FlexibleOT(0.1, 50)
     for cls in (ep.EvidentialRetrievalLoss, ep.UncertaintyGuidedIdentifier, ep.BaseRetrievalLoss):
@@ -104,34 +110,48 @@ def test_flexible_ot_hyperparameters_are_keyword_only():
             cls(0.3)
 
 
-def test_attributes_read_and_write_the_settings_with_checks():
+def _groups(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(3, 4, 8, generator=g), torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
+
+
+def test_an_assigned_hyperparameter_is_used_by_the_next_call():
+    sim, qmask = _groups()
     fot = ep.FlexibleOT.from_preset("release", "tvr")
-    fot.n_iters = 10
-    assert fot.settings().n_iters == 10 and fot.n_iters == 10
-    with pytest.raises(ValueError, match="n_iters"):
-        fot.n_iters = 0
+    fot.epsilon = 0.2
+    assert torch.equal(fot(sim, qmask).plan, ep.FlexibleOT(epsilon=0.2)(sim, qmask).plan)
+    assert "epsilon=0.2" in repr(fot)
+    intra = ep.IntraVideoEvidentialLoss.from_preset("release", "tvr")
+    intra.fot.n_iters, intra.tau = 7, 0.1  # the transport's attributes reach the label
+    expected = ep.IntraVideoEvidentialLoss(ep.FlexibleOT(n_iters=7), tau=0.1)(sim, qmask)
+    assert torch.equal(intra(sim, qmask), expected)
+    frame, clip = torch.rand(6, 3, generator=torch.Generator().manual_seed(1)), torch.rand(6, 3)
+    query_video = torch.tensor([0, 0, 1, 1, 2, 2])
     inter = ep.EvidentialRetrievalLoss.from_preset("release", "tvr")
-    inter.calibrate = False
-    assert inter.settings().calibrate is False
+    inter.gamma, inter.terms = 0.5, ("fused",)
+    assert torch.equal(inter(frame, clip, query_video),
+                       ep.EvidentialRetrievalLoss.from_preset("release", "tvr", gamma=0.5, terms=("fused",))(
+                           frame, clip, query_video))
 
 
-def test_identifier_attributes_write_the_settings_with_checks():
-    identifier = ep.UncertaintyGuidedIdentifier.from_preset("release", "tvr")
-    identifier.tau = 0.2
-    assert identifier.settings().tau == 0.2 and identifier.tau == 0.2
-    with pytest.raises(ValueError, match="beta"):
-        identifier.beta = 2.0
-    with pytest.raises(ValueError, match="fusion"):
-        identifier.fusion = "uncertain"
-    assert identifier.settings().beta == 0.3 and identifier.fusion == "uncertainty_dominant"
-
-
-def test_from_settings_refuses_another_schema():
-    s = presets.holmes_settings("release", "tvr")
-    with pytest.raises(TypeError, match="settings must be a TransportSettings, got InterVideoSettings"):
-        ep.FlexibleOT.from_settings(s.inter)
-    assert ep.UncertaintyGuidedIdentifier.from_settings(s.inter).settings() == IdentificationSettings(
-        **{f.name: getattr(s.inter, f.name) for f in dataclasses.fields(IdentificationSettings)})
+@pytest.mark.parametrize(("module", "name", "value"), [
+    (ep.FlexibleOT, "n_iters", 0), (ep.FlexibleOT, "method", "fast"), (ep.UncertaintyGuidedIdentifier, "beta", 2.0),
+    (ep.UncertaintyGuidedIdentifier, "fusion", "uncertain"), (ep.EvidentialRetrievalLoss, "gamma", 1.5),
+    (ep.IntraVideoEvidentialLoss, "tau", 0.0), (ep.BaseRetrievalLoss, "margin", -1.0),
+    (ep.BaseRetrievalLoss, "div_weight", -1.0),
+])
+def test_a_bad_value_is_refused_naming_it_at_construction_and_at_the_next_call(module, name, value):
+    with pytest.raises(ValueError, match=name):
+        module(**{name: value})
+    instance = module()
+    setattr(instance, name, value)  # an ordinary attribute: the function checks it when the module next runs
+    sim, qmask = _groups()
+    frame, clip, query_video = torch.rand(6, 3), torch.rand(6, 3), torch.tensor([0, 0, 1, 1, 2, 2])
+    call = {ep.FlexibleOT: lambda m: m(sim, qmask), ep.IntraVideoEvidentialLoss: lambda m: m(sim, qmask),
+            ep.BaseRetrievalLoss: lambda m: m(frame, clip, torch.randn(6, 4), query_video)}.get(
+        module, lambda m: m(frame, clip, query_video))
+    with pytest.raises(ValueError, match=name):
+        call(instance)
 
 
 PRESET_MODULES = [ep.FlexibleOT, ep.UncertaintyGuidedIdentifier, ep.EvidentialRetrievalLoss,
@@ -150,27 +170,14 @@ def test_one_from_preset_for_every_module(cls):
 
 def test_from_preset_overrides_replace_preset_values():
     assert ep.IntraVideoEvidentialLoss.from_preset("release", "cha", tau=0.2, reduction="sum").tau == 0.2
-    assert ep.FlexibleOT.from_preset("release", "tvr", epsilon=0.2).settings() == dataclasses.replace(
-        ep.FlexibleOT.from_preset("release", "tvr").settings(), epsilon=0.2)
+    changed, release = ep.FlexibleOT.from_preset("release", "tvr", epsilon=0.2), ep.FlexibleOT.from_preset("release")
+    assert changed.epsilon == 0.2 and repr(changed) == repr(release).replace("epsilon=0.1", "epsilon=0.2")
     fot = ep.FlexibleOT(n_iters=7)
     assert ep.IntraVideoEvidentialLoss.from_preset("paper", None, fot).fot is fot  # the constructor's positional
     with pytest.raises(TypeError, match="multiple values for fot"):
         ep.IntraVideoEvidentialLoss.from_preset("paper", None, fot, fot=fot)
     with pytest.raises(ValueError, match="epsilon"):
         ep.FlexibleOT.from_preset("release", "tvr", epsilon=-1.0)  # checked like the constructor's argument
-
-
-def test_criterion_evaluates_the_registry_once(monkeypatch):
-    calls = []
-    real = presets.holmes_settings
-
-    def counting(*args):
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(presets, "holmes_settings", counting)
-    ep.HolmesCriterion.from_preset("release", "tvr")
-    assert calls == [("release", "tvr")]
 
 
 # --- the criterion composes its parts ------------------------------------------------------------------------------
@@ -204,9 +211,7 @@ def test_a_subclassed_part_changes_the_total(part):
     criterion = ep.HolmesCriterion.from_preset("release", "tvr")
     criterion.set_epoch(25)
     reference = _loss(criterion, b)
-    replaced = getattr(criterion, part)
-    doubled = Doubled.from_settings(replaced.settings(), **({"fot": replaced.fot} if part == "intra" else {}))
-    setattr(criterion, part, doubled)
+    setattr(criterion, part, Doubled.from_preset("release", "tvr"))
     changed = _loss(criterion, b)
     weight = {"base": 1.0, "inter": criterion.inter_weight, "intra": criterion.intra_weight}[part]
     torch.testing.assert_close(changed.loss, reference.loss + weight * getattr(reference, part))
@@ -231,3 +236,11 @@ def test_a_replacement_module_is_called_with_what_the_parts_share():
     assert seen["calibrate"] is True
     with pytest.raises(TypeError, match="inter"):
         ep.HolmesCriterion(ep.BaseRetrievalLoss(), inter=ep.BaseRetrievalLoss())
+
+
+@pytest.mark.parametrize("part", ["base", "inter", "intra"])
+def test_the_criterions_parts_are_the_parts_own_presets(part):
+    criterion = ep.HolmesCriterion.from_preset("paper", "charades", validate_args=False, distributed=True)
+    own = type(getattr(criterion, part)).from_preset("paper", "charades", validate_args=False, distributed=True)
+    assert repr(getattr(criterion, part)) == repr(own)
+    assert getattr(criterion, part).validate_args is False and getattr(criterion, part).distributed is True
