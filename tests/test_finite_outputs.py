@@ -23,7 +23,6 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from evidential_prvr import functional as F
-from evidential_prvr import presets
 from evidential_prvr.presets import holmes_settings
 from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
 

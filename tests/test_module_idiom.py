@@ -244,3 +244,19 @@ def test_the_criterions_parts_are_the_parts_own_presets(part):
     own = type(getattr(criterion, part)).from_preset("paper", "charades", validate_args=False, distributed=True)
     assert repr(getattr(criterion, part)) == repr(own)
     assert getattr(criterion, part).validate_args is False and getattr(criterion, part).distributed is True
+
+
+def test_an_assigned_hud_temperature_reaches_both_losses():
+    """HUDObjective calls HUD's two loss functions with its own ``tau`` (no submodule holds a copy of it)."""
+    from evidential_prvr.probabilistic import HUDObjective
+
+    def build(**changes):
+        torch.manual_seed(0)
+        return HUDObjective.from_preset("paper", dim=8, holistic_dim=4, num_reference_tokens=2, **changes)
+
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randn(3, 2, 8, generator=g), torch.randn(3, 4, 8, generator=g), torch.randn(3, 5, 8, generator=g)
+    assigned, built = build(), build(tau=0.3)
+    assigned.tau = 0.3
+    a, b = (m(*tokens, generator=torch.Generator().manual_seed(2)) for m in (assigned, built))
+    assert torch.equal(a.rank, b.rank) and torch.equal(a.consistency, b.consistency)
