@@ -21,9 +21,9 @@ from evidential_prvr._module_bases import PresetModule
 from evidential_prvr._settings import (
     BaseLossSettings,
     check_base_options,
-    check_diversity_settings,
+    check_diversity_options,
     check_loss_weights,
-    check_triplet_settings,
+    check_triplet_options,
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
@@ -101,7 +101,7 @@ class TripletRankingLoss(PresetModule):
         distributed: bool = False,
     ) -> None:
         super().__init__()
-        check_triplet_settings(margin, hard_negative_topk, video_negative)
+        check_triplet_options(margin, hard_negative_topk, video_negative)
         check_choice(reduction, "reduction", REDUCTIONS)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
@@ -225,7 +225,7 @@ class QueryDiversityLoss(PresetModule):
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         super().__init__()
-        check_diversity_settings(alpha, delta, lam)
+        check_diversity_options(alpha, delta, lam)
         check_choice(reduction, "reduction", REDUCTIONS)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
         self.reduction = reduction

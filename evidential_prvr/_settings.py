@@ -111,7 +111,7 @@ def check_intra_options(*, tau: float, tanh_scaling: TanhScaling, assignment: In
     check_choice(assignment, "assignment", INTRA_ASSIGNMENTS)
 
 
-def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
+def check_triplet_options(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
                            random_negatives: bool = False) -> None:
     """The checks of the triplet loss's hyperparameters; ``random_negatives``: ``hard_negative_topk=None``
     is accepted (the functional's random negatives)."""
@@ -121,7 +121,7 @@ def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_
     check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
 
 
-def check_diversity_settings(alpha: float, delta: float, lam: float,
+def check_diversity_options(alpha: float, delta: float, lam: float,
                              names: tuple[str, str, str] = ("alpha", "delta", "lam")) -> None:
     """The checks of α, δ and λ of the query-diversity loss (Eq. 23), reported under ``names``."""
     check_positive(alpha, names[0])
@@ -134,8 +134,8 @@ def check_base_options(*, margin: float, hard_negative_topk: int | None, video_n
                        random_negatives: bool = False) -> None:
     """The checks of L_base's hyperparameters besides its weights (:func:`~evidential_prvr.functional.base_retrieval_loss`);
     ``random_negatives``: ``hard_negative_topk=None`` is accepted."""
-    check_triplet_settings(margin, hard_negative_topk, video_negative, random_negatives)
-    check_diversity_settings(div_alpha, div_delta, div_lambda, ("div_alpha", "div_delta", "div_lambda"))
+    check_triplet_options(margin, hard_negative_topk, video_negative, random_negatives)
+    check_diversity_options(div_alpha, div_delta, div_lambda, ("div_alpha", "div_delta", "div_lambda"))
     check_choice(nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
 
 

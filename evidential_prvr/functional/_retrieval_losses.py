@@ -30,9 +30,9 @@ from evidential_prvr._checks import (
 from evidential_prvr._numerics import normalize_rows
 from evidential_prvr._settings import (
     check_base_options,
-    check_diversity_settings,
+    check_diversity_options,
     check_loss_weights,
-    check_triplet_settings,
+    check_triplet_options,
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
@@ -181,7 +181,7 @@ def triplet_ranking_loss(
     """
     validate = should_validate(validate_args)
     own = _check_sim(sim, query_video, "sim", validate)
-    check_triplet_settings(margin, hard_negative_topk, video_negative, random_negatives=True)
+    check_triplet_options(margin, hard_negative_topk, video_negative, random_negatives=True)
     check_choice(reduction, "reduction", REDUCTIONS)
     return reduce_rows(_triplet_rows(sim, own, margin, hard_negative_topk, generator, video_negative), reduction)
 
@@ -377,7 +377,7 @@ def query_diversity_loss(
     validate = should_validate(validate_args)
     if validate:
         check_finite(query_emb, "query_emb")
-    check_diversity_settings(alpha, delta, lam)
+    check_diversity_options(alpha, delta, lam)
     check_choice(reduction, "reduction", REDUCTIONS)
     if query_video.dim() == 1:
         if query_video.is_floating_point() or query_video.dtype == torch.bool or query_video.is_complex():
