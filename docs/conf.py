@@ -98,7 +98,7 @@ html_title = f"evidential-prvr {release}"
 def _public_bases(app, name, obj, options, bases):
     """Show a class's nearest public ancestor instead of a private helper base (``_LogVarHead`` -> ``Module``)."""
     for i, base in enumerate(bases):
-        base = typing.get_origin(base) or base  # a generic base, _SettingsModule[TransportSettings]
+        base = typing.get_origin(base) or base  # a generic base, e.g. Generic[T]
         if isinstance(base, type) and base.__qualname__.startswith("_"):
             bases[i] = next(b for b in base.__mro__[1:] if not b.__qualname__.startswith("_"))
     if len(bases) > 1:  # a private mixin of declarations (its public ancestor is object) is not worth showing

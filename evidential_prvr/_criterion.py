@@ -20,14 +20,12 @@ from torch import nn
 
 from evidential_prvr._batching import build_intra_video_batch
 from evidential_prvr._checks import check_in_range, check_tensor
-from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._identification import ThresholdEMA
 from evidential_prvr._inter_video import EvidentialRetrievalLoss
 from evidential_prvr._intra_video import IntraVideoEvidentialLoss
 from evidential_prvr._loss_gathers import set_sizes, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import PresetModule
 from evidential_prvr._retrieval_losses import BaseRetrievalLoss
-from evidential_prvr._settings import BaseRetrievalSettings
 from evidential_prvr.choices import DatasetName, Preset
 from evidential_prvr.distributed import is_distributed, rank_offset
 from evidential_prvr.functional._inter_video import InterVideoLossDetails
@@ -355,16 +353,14 @@ class HolmesCriterion(PresetModule):
         validate, distributed = given.get("validate_args"), bool(given.get("distributed", False))
         arguments: dict[str, Any] = {"inter_weight": weights.inter, "intra_weight": weights.intra, **switches}
         if "base" not in given:
-            arguments["base"] = BaseRetrievalLoss.from_settings(
-                BaseRetrievalSettings.from_sections(sections.require("base", owner), weights),
-                validate_args=validate, distributed=distributed)
+            arguments["base"] = BaseRetrievalLoss.from_preset(preset, dataset, validate_args=validate,
+                                                              distributed=distributed)
         if "inter" not in given:
-            arguments["inter"] = EvidentialRetrievalLoss.from_settings(sections.inter, validate_args=validate,
-                                                                       distributed=distributed)
+            arguments["inter"] = EvidentialRetrievalLoss.from_preset(preset, dataset, validate_args=validate,
+                                                                     distributed=distributed)
         if "intra" not in given:
-            arguments["intra"] = IntraVideoEvidentialLoss.from_settings(
-                sections.intra, FlexibleOT.from_settings(sections.transport), validate_args=validate,
-                distributed=distributed)
+            arguments["intra"] = IntraVideoEvidentialLoss.from_preset(preset, dataset, validate_args=validate,
+                                                                      distributed=distributed)
         return arguments
 
     def set_epoch(self, epoch: int) -> None:

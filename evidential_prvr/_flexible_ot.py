@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from evidential_prvr._module_bases import _SettingsModule
-from evidential_prvr._settings import check_settings, settings_fields
+from evidential_prvr._module_bases import PresetModule
+from evidential_prvr._settings import TransportSettings, check_transport_options
 from evidential_prvr.choices import (
     DatasetName,
     FOTMarginals,
@@ -19,26 +19,17 @@ from evidential_prvr.choices import (
     SinkhornGrad,
     SinkhornMethod,
 )
-from evidential_prvr.functional._flexible_ot import (
-    FlexibleOTResult,
-    POTProblem,
-    TransportSettings,
-    _pot_problems,
-    flexible_ot,
-)
+from evidential_prvr.functional._flexible_ot import FlexibleOTResult, POTProblem, _pot_problems, flexible_ot
 from evidential_prvr.presets import module_settings
 
 
-class FlexibleOT(_SettingsModule[TransportSettings]):
+class FlexibleOT(PresetModule):
     """Entropic optimal transport with an adaptive dustbin, batched over videos (Holmes Eq. 19-20).
 
-    Holds the settings of :func:`~evidential_prvr.functional.flexible_ot` (its documentation gives the
-    problem, the marginals and why the plan does not depend on the dustbin value); ``forward`` is one
-    call of it.
-
-    The hyperparameters are keyword-only: they are the fields of
-    :class:`~evidential_prvr.presets.TransportSettings` (:meth:`settings`), also readable and assignable
-    as attributes (an assignment is checked like the constructor's argument).
+    Holds the keyword arguments of :func:`~evidential_prvr.functional.flexible_ot` (its documentation gives the
+    problem, the marginals and why the plan does not depend on the dustbin value) as plain attributes, checked
+    here; ``forward`` is one call of it (which checks them again, so a value assigned later is checked when the
+    module next runs). The hyperparameters are keyword-only.
 
     :meth:`from_preset`: ``"release"``: ε = 0.1, 50 iterations, dustbin at the 0.3 quantile, min-max
     normalisation over the padded block, SuperGlue-style marginals, stop-gradient plan (the same for every
@@ -100,108 +91,35 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
         method: SinkhornMethod = "auto",
         validate_args: bool | None = None,
     ) -> None:
-        settings = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
-                                     normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad,
-                                     tol=tol, method=method)  # checks the values
-        super().__init__(settings, validate_args)
-
-    @classmethod
-    def from_settings(cls, settings: TransportSettings, *, validate_args: bool | None = None) -> FlexibleOT:
-        """The transport of a :class:`~evidential_prvr.presets.TransportSettings` (e.g. a registry section)."""
-        check_settings(settings, TransportSettings)
-        return cls(**settings_fields(settings, TransportSettings), validate_args=validate_args)
-
-    # The fields of TransportSettings as attributes; assigning one rebuilds (and so re-checks) the settings.
-
-    @property
-    def epsilon(self) -> float:
-        """The ``epsilon`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.epsilon
-
-    @epsilon.setter
-    def epsilon(self, value: float) -> None:
-        self._settings = dataclasses.replace(self._settings, epsilon=value)
-
-    @property
-    def n_iters(self) -> int:
-        """The ``n_iters`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.n_iters
-
-    @n_iters.setter
-    def n_iters(self, value: int) -> None:
-        self._settings = dataclasses.replace(self._settings, n_iters=value)
-
-    @property
-    def dustbin_quantile(self) -> float | None:
-        """The ``dustbin_quantile`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.dustbin_quantile
-
-    @dustbin_quantile.setter
-    def dustbin_quantile(self, value: float | None) -> None:
-        self._settings = dataclasses.replace(self._settings, dustbin_quantile=value)
-
-    @property
-    def normalize(self) -> FOTNormalization:
-        """The ``normalize`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.normalize
-
-    @normalize.setter
-    def normalize(self, value: FOTNormalization) -> None:
-        self._settings = dataclasses.replace(self._settings, normalize=value)
-
-    @property
-    def minmax_over(self) -> MinmaxScope:
-        """The ``minmax_over`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.minmax_over
-
-    @minmax_over.setter
-    def minmax_over(self, value: MinmaxScope) -> None:
-        self._settings = dataclasses.replace(self._settings, minmax_over=value)
-
-    @property
-    def marginals(self) -> FOTMarginals:
-        """The ``marginals`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.marginals
-
-    @marginals.setter
-    def marginals(self, value: FOTMarginals) -> None:
-        self._settings = dataclasses.replace(self._settings, marginals=value)
-
-    @property
-    def grad(self) -> SinkhornGrad:
-        """The ``grad`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.grad
-
-    @grad.setter
-    def grad(self, value: SinkhornGrad) -> None:
-        self._settings = dataclasses.replace(self._settings, grad=value)
-
-    @property
-    def tol(self) -> float | None:
-        """The ``tol`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.tol
-
-    @tol.setter
-    def tol(self, value: float | None) -> None:
-        self._settings = dataclasses.replace(self._settings, tol=value)
-
-    @property
-    def method(self) -> SinkhornMethod:
-        """The ``method`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.method
-
-    @method.setter
-    def method(self, value: SinkhornMethod) -> None:
-        self._settings = dataclasses.replace(self._settings, method=value)
+        super().__init__()
+        check_transport_options(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad=grad, tol=tol,
+                                method=method)
+        self.epsilon = epsilon
+        self.n_iters = n_iters
+        self.dustbin_quantile = dustbin_quantile
+        self.normalize = normalize
+        self.minmax_over = minmax_over
+        self.marginals = marginals
+        self.grad = grad
+        self.tol = tol
+        self.method = method
+        self.validate_args = validate_args
 
     @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
-        return settings_fields(module_settings(preset, dataset).transport)
+        return dataclasses.asdict(module_settings(preset, dataset).transport)
+
+    def extra_repr(self) -> str:
+        return (f"epsilon={self.epsilon}, n_iters={self.n_iters}, dustbin_quantile={self.dustbin_quantile}, "
+                f"normalize={self.normalize!r}, minmax_over={self.minmax_over!r}, marginals={self.marginals!r}, "
+                f"grad={self.grad!r}, tol={self.tol}, method={self.method!r}")
 
     def without_dustbin(self) -> FlexibleOT:
-        """The same transport with the dustbin disabled (plain OT, Holmes Eq. 19)."""
-        return FlexibleOT.from_settings(dataclasses.replace(self._settings, dustbin_quantile=None),
-                                        validate_args=self.validate_args)
+        """The same transport with the dustbin disabled (plain OT, Holmes Eq. 19; Table 3's OT ablation)."""
+        return FlexibleOT(epsilon=self.epsilon, n_iters=self.n_iters, dustbin_quantile=None, normalize=self.normalize,
+                          minmax_over=self.minmax_over, marginals=self.marginals, grad=self.grad, tol=self.tol,
+                          method=self.method, validate_args=self.validate_args)
 
     def forward(
         self,
@@ -212,11 +130,11 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
     ) -> FlexibleOTResult:
         """Solve the flexible transport of every video of ``sim [B, Mq, Mc]`` with the masks
         ``query_mask [B, Mq]`` and ``clip_mask [B, Mc]`` (see :func:`~evidential_prvr.functional.flexible_ot`)."""
-        s = self._settings
-        return flexible_ot(sim, query_mask, clip_mask, epsilon=s.epsilon, n_iters=s.n_iters,
-                           dustbin_quantile=s.dustbin_quantile, normalize=s.normalize, minmax_over=s.minmax_over,
-                           marginals=s.marginals, grad=s.grad, tol=s.tol, method=s.method,
-                           return_dustbin_value=return_dustbin_value, validate_args=self.validate_args)
+        return flexible_ot(sim, query_mask, clip_mask, epsilon=self.epsilon, n_iters=self.n_iters,
+                           dustbin_quantile=self.dustbin_quantile, normalize=self.normalize,
+                           minmax_over=self.minmax_over, marginals=self.marginals, grad=self.grad, tol=self.tol,
+                           method=self.method, return_dustbin_value=return_dustbin_value,
+                           validate_args=self.validate_args)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward
@@ -238,4 +156,8 @@ class FlexibleOT(_SettingsModule[TransportSettings]):
         >>> problem.a, problem.b  # one query (1/3) and the dustbin (2/3); two clips
         (array([0.33333333, 0.66666667]), array([0.5, 0.5]))
         """
-        return _pot_problems(sim, query_mask, clip_mask, self._settings)
+        transport = TransportSettings(epsilon=self.epsilon, n_iters=self.n_iters,
+                                      dustbin_quantile=self.dustbin_quantile, normalize=self.normalize,
+                                      minmax_over=self.minmax_over, marginals=self.marginals, grad=self.grad,
+                                      tol=self.tol, method=self.method)  # checks the values
+        return _pot_problems(sim, query_mask, clip_mask, transport)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from evidential_prvr._loss_gathers import batch_rows, shared_gathers
-from evidential_prvr._module_bases import _SettingsModule
-from evidential_prvr._settings import IdentificationSettings, check_settings, settings_fields
+from evidential_prvr._module_bases import PresetModule
+from evidential_prvr._settings import check_identification_options
 from evidential_prvr.choices import DatasetName, EntropyMedian, Fusion, MatchRule, Preset, TanhScaling
 from evidential_prvr.functional._identification import (
     BranchPair,
@@ -22,15 +21,12 @@ from evidential_prvr.functional._identification import (
 from evidential_prvr.presets import module_settings
 
 
-class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
+class UncertaintyGuidedIdentifier(PresetModule):
     """Partition queries into precise / polysemous / under-determined (Holmes Eq. 10-14).
 
-    Holds the hyperparameters of :func:`~evidential_prvr.functional.identify`, whose documentation
-    gives the rule; ``forward`` is one call of it.
-
-    The hyperparameters are keyword-only, the fields of its :meth:`settings` (also attributes): the
-    keyword arguments of :func:`~evidential_prvr.functional.identify` as one object. :meth:`from_preset`
-    takes them from the preset's L_inter settings (:class:`EvidentialRetrievalLoss`).
+    Holds the keyword arguments of :func:`~evidential_prvr.functional.identify`, whose documentation
+    gives the rule, as plain attributes (keyword-only, checked here); ``forward`` is one call of it.
+    :meth:`from_preset` takes them from the preset's L_inter settings (:class:`EvidentialRetrievalLoss`).
 
     Parameters
     ----------
@@ -92,67 +88,18 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
         distributed: bool = False,
         threshold_decay: float | None = None,
     ) -> None:
-        settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                          matched=matched, fusion=fusion)  # checks the values
-        super().__init__(settings, validate_args)
+        super().__init__()
+        check_identification_options(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                     matched=matched, fusion=fusion)
+        self.beta = beta
+        self.tau = tau
+        self.tanh_scaling = tanh_scaling
+        self.entropy_median = entropy_median
+        self.matched = matched
+        self.fusion = fusion
+        self.validate_args = validate_args
         self.distributed = bool(distributed)
         self.threshold_ema = None if threshold_decay is None else ThresholdEMA(threshold_decay)
-
-    # The fields of IdentificationSettings as attributes; assigning one rebuilds (and so re-checks) the settings.
-
-    @property
-    def beta(self) -> float:
-        """The ``beta`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        self._settings = dataclasses.replace(self._settings, beta=value)
-
-    @property
-    def tau(self) -> float:
-        """The ``tau`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.tau
-
-    @tau.setter
-    def tau(self, value: float) -> None:
-        self._settings = dataclasses.replace(self._settings, tau=value)
-
-    @property
-    def tanh_scaling(self) -> TanhScaling:
-        """The ``tanh_scaling`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.tanh_scaling
-
-    @tanh_scaling.setter
-    def tanh_scaling(self, value: TanhScaling) -> None:
-        self._settings = dataclasses.replace(self._settings, tanh_scaling=value)
-
-    @property
-    def entropy_median(self) -> EntropyMedian:
-        """The ``entropy_median`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.entropy_median
-
-    @entropy_median.setter
-    def entropy_median(self, value: EntropyMedian) -> None:
-        self._settings = dataclasses.replace(self._settings, entropy_median=value)
-
-    @property
-    def matched(self) -> MatchRule:
-        """The ``matched`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.matched
-
-    @matched.setter
-    def matched(self, value: MatchRule) -> None:
-        self._settings = dataclasses.replace(self._settings, matched=value)
-
-    @property
-    def fusion(self) -> Fusion:
-        """The ``fusion`` of :meth:`settings` (assigning it re-validates the settings)."""
-        return self._settings.fusion
-
-    @fusion.setter
-    def fusion(self, value: Fusion) -> None:
-        self._settings = dataclasses.replace(self._settings, fusion=value)
 
     @property
     def threshold_decay(self) -> float | None:
@@ -160,17 +107,14 @@ class UncertaintyGuidedIdentifier(_SettingsModule[IdentificationSettings]):
         return None if self.threshold_ema is None else self.threshold_ema.decay
 
     @classmethod
-    def from_settings(cls, settings: IdentificationSettings, *, validate_args: bool | None = None,
-                      distributed: bool = False, threshold_decay: float | None = None) -> UncertaintyGuidedIdentifier:
-        """The identifier of an ``IdentificationSettings`` (or of a registry ``inter`` section, which
-        extends it; only the identification fields are kept)."""
-        check_settings(settings, IdentificationSettings)
-        return cls(**settings_fields(settings, IdentificationSettings), validate_args=validate_args,
-                   distributed=distributed, threshold_decay=threshold_decay)
-
-    @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
-        return settings_fields(module_settings(preset, dataset).inter, IdentificationSettings)
+        inter = module_settings(preset, dataset).inter
+        return {"beta": inter.beta, "tau": inter.tau, "tanh_scaling": inter.tanh_scaling,
+                "entropy_median": inter.entropy_median, "matched": inter.matched, "fusion": inter.fusion}
+
+    def extra_repr(self) -> str:
+        return (f"beta={self.beta}, tau={self.tau}, tanh_scaling={self.tanh_scaling!r}, "
+                f"entropy_median={self.entropy_median!r}, matched={self.matched!r}, fusion={self.fusion!r}")
 
     def forward(self, frame_sim: torch.Tensor, clip_sim: torch.Tensor, query_video: torch.Tensor) -> Identification:
         """Identify the query types of a batch: ``frame_sim``, ``clip_sim`` ``[Q, V]`` and the positives

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -11,7 +12,7 @@ from evidential_prvr._checks import check_choice
 from evidential_prvr._identification import UncertaintyGuidedIdentifier
 from evidential_prvr._loss_gathers import batch_rows, shared_gathers
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr._settings import InterVideoSettings, check_settings, settings_fields, settings_repr
+from evidential_prvr._settings import check_calibration_options, check_identification_options
 from evidential_prvr.choices import (
     REDUCTIONS,
     CalibrationSet,
@@ -25,20 +26,17 @@ from evidential_prvr.choices import (
     TanhScaling,
 )
 from evidential_prvr.functional._identification import BranchPair
-from evidential_prvr.functional._inter_video import InterVideoLossDetails, _inter_video_loss
+from evidential_prvr.functional._inter_video import InterVideoLossDetails, inter_video_loss, inter_video_loss_details
 from evidential_prvr.presets import module_settings
 
 
 class EvidentialRetrievalLoss(PresetModule):
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
-    Holds the hyperparameters of :func:`~evidential_prvr.functional.inter_video_loss`, whose
-    documentation gives the equations; ``forward`` computes what it computes.
-
-    The hyperparameters are keyword-only, the fields of its :meth:`settings`
-    (:class:`~evidential_prvr.presets.InterVideoSettings`: the keyword arguments of
-    :func:`~evidential_prvr.functional.inter_video_loss` as one object), also readable and assignable as
-    attributes (a value assigned later is checked when the module next runs, or by :meth:`settings`).
+    Holds the keyword arguments of :func:`~evidential_prvr.functional.inter_video_loss`, whose documentation
+    gives the equations, as plain attributes (keyword-only, checked here; a value assigned later is checked
+    when the module next runs); ``forward`` is one call of it, :meth:`details` one call of
+    :func:`~evidential_prvr.functional.inter_video_loss_details`.
 
     :meth:`from_preset`: ``"paper"``: τ = 0.1, inside scaling, candidate median, any positive at the maximum,
     β = 0.3, γ = 0.2, uncertainty-dominant fusion. ``"release"`` with ``dataset="tvr" | "activitynet" |
@@ -113,53 +111,41 @@ class EvidentialRetrievalLoss(PresetModule):
         distributed: bool = False,
     ) -> None:
         super().__init__()
-        settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                      matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
-                                      calibration_set=calibration_set, terms=terms)
+        check_identification_options(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                     matched=matched, fusion=fusion)
+        terms = check_calibration_options(gamma=gamma, calibrate=calibrate, calibration_set=calibration_set,
+                                          terms=terms)
         check_choice(reduction, "reduction", REDUCTIONS)
-        self.beta = settings.beta
-        self.tau = settings.tau
-        self.tanh_scaling = settings.tanh_scaling
-        self.entropy_median = settings.entropy_median
-        self.matched = settings.matched
-        self.fusion = settings.fusion
-        self.gamma = settings.gamma
-        self.calibrate = settings.calibrate
-        self.calibration_set = settings.calibration_set
-        self.terms = settings.terms
+        self.beta = beta
+        self.tau = tau
+        self.tanh_scaling = tanh_scaling
+        self.entropy_median = entropy_median
+        self.matched = matched
+        self.fusion = fusion
+        self.gamma = gamma
+        self.calibrate = calibrate
+        self.calibration_set = calibration_set
+        self.terms = terms
         self.reduction = reduction
         self.validate_args = validate_args
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_settings(cls, settings: InterVideoSettings, *, reduction: Reduction = "mean",
-                      validate_args: bool | None = None, distributed: bool = False) -> EvidentialRetrievalLoss:
-        """The loss of an :class:`~evidential_prvr.presets.InterVideoSettings` (e.g. a registry section)."""
-        check_settings(settings, InterVideoSettings)
-        return cls(beta=settings.beta, tau=settings.tau, tanh_scaling=settings.tanh_scaling,
-                   entropy_median=settings.entropy_median, matched=settings.matched, fusion=settings.fusion,
-                   gamma=settings.gamma, calibrate=settings.calibrate, calibration_set=settings.calibration_set,
-                   terms=settings.terms, reduction=reduction, validate_args=validate_args, distributed=distributed)
-
-    @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
-        return settings_fields(module_settings(preset, dataset).inter)
-
-    def settings(self) -> InterVideoSettings:
-        """The loss's settings, built from its attributes and checked (frozen; :func:`dataclasses.replace`
-        makes a changed copy, which :meth:`from_settings` turns into a module)."""
-        return InterVideoSettings(beta=self.beta, tau=self.tau, tanh_scaling=self.tanh_scaling,
-                                  entropy_median=self.entropy_median, matched=self.matched, fusion=self.fusion,
-                                  gamma=self.gamma, calibrate=self.calibrate, calibration_set=self.calibration_set,
-                                  terms=self.terms)
+        return dataclasses.asdict(module_settings(preset, dataset).inter)
 
     def extra_repr(self) -> str:
-        return f"{settings_repr(self.settings())}, reduction={self.reduction!r}"
+        return (f"beta={self.beta}, tau={self.tau}, tanh_scaling={self.tanh_scaling!r}, "
+                f"entropy_median={self.entropy_median!r}, matched={self.matched!r}, fusion={self.fusion!r}, "
+                f"gamma={self.gamma}, calibrate={self.calibrate}, calibration_set={self.calibration_set!r}, "
+                f"terms={self.terms!r}, reduction={self.reduction!r}")
 
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """A :class:`~evidential_prvr.UncertaintyGuidedIdentifier` with this loss's identification settings."""
-        return UncertaintyGuidedIdentifier.from_settings(self.settings(), validate_args=self.validate_args,
-                                                         distributed=self.distributed)
+        return UncertaintyGuidedIdentifier(beta=self.beta, tau=self.tau, tanh_scaling=self.tanh_scaling,
+                                           entropy_median=self.entropy_median, matched=self.matched,
+                                           fusion=self.fusion, validate_args=self.validate_args,
+                                           distributed=self.distributed)
 
     def forward(
         self,
@@ -176,14 +162,15 @@ class EvidentialRetrievalLoss(PresetModule):
         the warm-up stage). running_thresholds: the frame and clip branches' thresholds smoothed across
         batches (:func:`~evidential_prvr.functional.ema_thresholds`; how the criterion's threshold_decay
         reaches the identification), None: the in-batch rule of Eq. 11."""
-        settings = self.settings()
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
-            return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings,
-                                     calibrate=settings.calibrate if calibrate is None else calibrate,
-                                     reduction=self.reduction, validate_args=self.validate_args, identify=False,
-                                     running=running_thresholds).loss
+            return inter_video_loss(frame_sim, clip_sim, query_video, beta=self.beta, tau=self.tau,
+                                    tanh_scaling=self.tanh_scaling, entropy_median=self.entropy_median,
+                                    matched=self.matched, fusion=self.fusion, gamma=self.gamma,
+                                    calibrate=self.calibrate if calibrate is None else calibrate,
+                                    calibration_set=self.calibration_set, terms=self.terms, reduction=self.reduction,
+                                    validate_args=self.validate_args, running_thresholds=running_thresholds)
 
     def details(
         self,
@@ -197,14 +184,16 @@ class EvidentialRetrievalLoss(PresetModule):
         """The arguments of :meth:`forward`; returns what L_inter computed
         (:class:`~evidential_prvr.InterVideoLossDetails`, whose ``loss`` is what :meth:`forward` returns; the
         identification runs even without calibration). Called directly, it does not run the module's hooks."""
-        settings = self.settings()
         with shared_gathers():
             frame_sim, clip_sim, query_video = batch_rows(self.distributed, type(self).__name__, frame_sim, clip_sim,
                                                           query_video)
-            return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings,
-                                     calibrate=settings.calibrate if calibrate is None else calibrate,
-                                     reduction=self.reduction, validate_args=self.validate_args, identify=True,
-                                     running=running_thresholds)
+            return inter_video_loss_details(frame_sim, clip_sim, query_video, beta=self.beta, tau=self.tau,
+                                            tanh_scaling=self.tanh_scaling, entropy_median=self.entropy_median,
+                                            matched=self.matched, fusion=self.fusion, gamma=self.gamma,
+                                            calibrate=self.calibrate if calibrate is None else calibrate,
+                                            calibration_set=self.calibration_set, terms=self.terms,
+                                            reduction=self.reduction, validate_args=self.validate_args,
+                                            running_thresholds=running_thresholds)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

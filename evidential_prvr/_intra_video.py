@@ -12,21 +12,22 @@ from evidential_prvr._checks import check_choice
 from evidential_prvr._flexible_ot import FlexibleOT
 from evidential_prvr._loss_gathers import gather_rows, lift_rows, shared_gathers, warn_per_rank
 from evidential_prvr._module_bases import PresetModule
-from evidential_prvr._settings import IntraVideoSettings, check_settings, settings_fields, settings_repr
+from evidential_prvr._settings import check_intra_options
 from evidential_prvr.choices import REDUCTIONS, DatasetName, IntraAssignment, Preset, Reduction, TanhScaling
 from evidential_prvr.distributed import is_distributed
-from evidential_prvr.functional._intra_video import IntraVideoLossDetails, _intra_video_loss
+from evidential_prvr.functional._intra_video import IntraVideoLossDetails, intra_video_loss_details
 from evidential_prvr.presets import module_settings
 
 
 class IntraVideoEvidentialLoss(PresetModule):
     """L_intra: evidential loss of each query over its video's clips against a transport label (Holmes §3.3).
 
-    Holds a :class:`~evidential_prvr.FlexibleOT` (the transport producing the label) and the evidence
-    settings of :func:`~evidential_prvr.functional.intra_video_loss`, whose documentation gives the
-    equations; ``forward`` computes what it computes. Its :meth:`settings` are the evidence settings (also
-    readable and assignable as attributes; a value assigned later is checked when the module next runs);
-    the transport's are ``self.fot.settings()``.
+    Holds a :class:`~evidential_prvr.FlexibleOT` (the transport producing the label, ``self.fot``) and the evidence
+    settings of :func:`~evidential_prvr.functional.intra_video_loss`, whose documentation gives the equations, as
+    plain attributes (checked here; a value assigned later, here or on ``self.fot``, is checked when the module
+    next runs). :meth:`details` is one call of :func:`~evidential_prvr.functional.intra_video_loss_details` with
+    them and the transport's (its reduction over every rank's videos with ``distributed=True``); ``forward``
+    returns its ``loss``.
 
     :meth:`from_preset`: ``"release"``: ``FlexibleOT.from_preset("release", dataset)``,
     :math:`\\tau_{\\text{intra}}` = 0.06 (TVR) or 0.08 (ActivityNet, Charades), ``"outside"`` scaling, evidence
@@ -84,42 +85,29 @@ class IntraVideoEvidentialLoss(PresetModule):
         distributed: bool = False,
     ) -> None:
         super().__init__()
-        settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
+        check_intra_options(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
         check_choice(reduction, "reduction", REDUCTIONS)
         fot = FlexibleOT() if fot is None else fot
         if not isinstance(fot, FlexibleOT):
             raise TypeError(f"fot must be a FlexibleOT, got {type(fot).__name__}")
-        if settings.assignment == "fot" and fot.dustbin_quantile is None:
+        if assignment == "fot" and fot.dustbin_quantile is None:
             raise ValueError("assignment='fot' needs a transport with a dustbin; got fot.dustbin_quantile=None")
         self.fot = fot
-        self.tau = settings.tau
-        self.tanh_scaling = settings.tanh_scaling
-        self.assignment = settings.assignment
+        self.tau = tau
+        self.tanh_scaling = tanh_scaling
+        self.assignment = assignment
         self.reduction = reduction
         self.validate_args = validate_args
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_settings(cls, settings: IntraVideoSettings, fot: FlexibleOT | None = None, *, reduction: Reduction = "mean",
-                      validate_args: bool | None = None, distributed: bool = False) -> IntraVideoEvidentialLoss:
-        """The loss of an :class:`~evidential_prvr.presets.IntraVideoSettings` (e.g. a registry section) and
-        a transport (default ``FlexibleOT()``)."""
-        check_settings(settings, IntraVideoSettings)
-        return cls(fot, tau=settings.tau, tanh_scaling=settings.tanh_scaling, assignment=settings.assignment,
-                   reduction=reduction, validate_args=validate_args, distributed=distributed)
-
-    @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
         sections = module_settings(preset, dataset)
-        return {**settings_fields(sections.intra), "fot": FlexibleOT.from_settings(sections.transport)}
-
-    def settings(self) -> IntraVideoSettings:
-        """The evidence settings, built from the attributes and checked (frozen; :func:`dataclasses.replace`
-        makes a changed copy, which :meth:`from_settings` turns into a module)."""
-        return IntraVideoSettings(tau=self.tau, tanh_scaling=self.tanh_scaling, assignment=self.assignment)
+        return {**dataclasses.asdict(sections.intra), "fot": FlexibleOT(**dataclasses.asdict(sections.transport))}
 
     def extra_repr(self) -> str:
-        return f"{settings_repr(self.settings())}, reduction={self.reduction!r}"
+        return (f"tau={self.tau}, tanh_scaling={self.tanh_scaling!r}, assignment={self.assignment!r}, "
+                f"reduction={self.reduction!r}")
 
     def forward(
         self, sim: torch.Tensor, query_mask: torch.Tensor | None = None, clip_mask: torch.Tensor | None = None
@@ -134,15 +122,18 @@ class IntraVideoEvidentialLoss(PresetModule):
         """The arguments of :meth:`forward`; returns what L_intra computed
         (:class:`~evidential_prvr.IntraVideoLossDetails`, whose ``loss`` is what :meth:`forward` returns).
         Called directly, it does not run the module's hooks."""
-        settings = self.settings()
-        if not (self.distributed and is_distributed()):
-            if not self.distributed:
-                warn_per_rank(type(self).__name__)
-            return _intra_video_loss(sim, query_mask, clip_mask, settings=settings, transport=self.fot.settings(),
-                                     reduction=self.reduction, validate_args=self.validate_args)
+        across_ranks = self.distributed and is_distributed()
+        if not self.distributed:
+            warn_per_rank(type(self).__name__)
+        fot = self.fot
+        local = intra_video_loss_details(
+            sim, query_mask, clip_mask, tau=self.tau, tanh_scaling=self.tanh_scaling, assignment=self.assignment,
+            epsilon=fot.epsilon, n_iters=fot.n_iters, dustbin_quantile=fot.dustbin_quantile, normalize=fot.normalize,
+            minmax_over=fot.minmax_over, marginals=fot.marginals, tol=fot.tol, method=fot.method,
+            reduction="none" if across_ranks else self.reduction, validate_args=self.validate_args)
+        if not across_ranks:
+            return local
         check_choice(self.reduction, "reduction", REDUCTIONS)
-        local = _intra_video_loss(sim, query_mask, clip_mask, settings=settings, transport=self.fot.settings(),
-                                  reduction="none", validate_args=self.validate_args)
         has_query = (torch.ones(sim.shape[:1], dtype=torch.bool, device=sim.device) if query_mask is None
                      else (query_mask != 0).any(dim=1))
         with shared_gathers():  # the per-video terms stay local; the reduction is over every rank's videos

@@ -1,33 +1,20 @@
-"""Bases of the modules: what each sets up the same way (presets, settings, ``validate_args``, ``reduction``).
+"""The base of the modules with presets: :class:`PresetModule` writes ``from_preset`` once.
 
-:class:`PresetModule` writes ``from_preset`` once: a subclass says which constructor arguments a preset
-gives (:meth:`~PresetModule._preset_arguments`, or :meth:`~PresetModule._preset_arguments_given` when they
-depend on the call's own arguments), and the call's own arguments replace them.
-:class:`_SettingsModule` holds one settings dataclass in ``_settings`` (see :mod:`evidential_prvr._settings`)
-and ``validate_args``; :class:`_SettingsLoss` adds a loss's ``reduction`` and ``distributed``, which
-:class:`_ReducedLoss` holds for the losses without a settings dataclass. :class:`LossOptions` carries those
-three options from a loss's written-out constructor to :class:`_SettingsLoss`.
+A subclass says which constructor arguments a preset gives (:meth:`~PresetModule._preset_arguments`, or
+:meth:`~PresetModule._preset_arguments_given` when they depend on the call's own arguments), and the call's own
+arguments replace them.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from torch import nn
 
-from evidential_prvr._checks import check_choice
-from evidential_prvr._settings import settings_repr
-from evidential_prvr.choices import REDUCTIONS, Reduction
+__all__ = ["PresetModule"]
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-__all__ = ["LossOptions", "PresetModule", "_SettingsModule", "_ReducedLoss", "_SettingsLoss"]
-
-S = TypeVar("S", bound="DataclassInstance")  # a module's settings dataclass
 N = TypeVar("N", contravariant=True)  # the preset names of a class with presets (a Literal)
 D = TypeVar("D", contravariant=True)  # its data set names
 M = TypeVar("M", covariant=True)  # the module from_preset builds
@@ -40,21 +27,6 @@ def reject_unknown(given: Collection[str], accepted: Collection[str], owner: str
     if unknown:
         raise TypeError(f"{owner}.from_preset() got unexpected override(s) {', '.join(map(repr, unknown))}; "
                         f"accepted: {', '.join(sorted(accepted))}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LossOptions:
-    """The constructor options of a loss module besides its settings (checked by :class:`_SettingsLoss`)."""
-
-    reduction: Reduction = "mean"
-    validate_args: bool | None = None
-    distributed: bool = False
-
-
-def _hold_loss_options(module: _ReducedLoss | _SettingsLoss[Any], reduction: Reduction, distributed: bool) -> None:
-    check_choice(reduction, "reduction", REDUCTIONS)
-    module.reduction = reduction
-    module.distributed = bool(distributed)
 
 
 class _PresetClass(Protocol[N, D, P, M]):
@@ -134,51 +106,3 @@ class PresetModule(nn.Module):
         reject_unknown(given, signature.parameters, module.__name__)
         arguments = module._preset_arguments_given(preset, dataset, given)
         return cast("Callable[..., M]", cls)(**{**arguments, **given})
-
-
-class _SettingsModule(PresetModule, Generic[S]):
-    """Base of the modules whose hyperparameters are one settings dataclass ``S``, kept in ``self._settings``."""
-
-    _settings: S
-
-    def __init__(self, settings: S, validate_args: bool | None = None) -> None:
-        super().__init__()
-        self._settings = settings
-        self.validate_args = validate_args
-
-    def settings(self) -> S:
-        """The module's settings (frozen; :func:`dataclasses.replace` makes a changed copy, which the
-        class's ``from_settings`` turns into a module)."""
-        return self._settings
-
-    def extra_repr(self) -> str:
-        return settings_repr(self._settings)
-
-
-class _ReducedLoss(PresetModule):
-    """Base of the loss modules without a settings dataclass: ``reduction`` (one of ``"mean"``, ``"sum"``,
-    ``"none"``), ``validate_args`` and ``distributed`` (multi-process training, :doc:`/guide/distributed`)."""
-
-    reduction: Reduction
-    distributed: bool
-
-    def __init__(self, reduction: Reduction = "mean", validate_args: bool | None = None,
-                 distributed: bool = False) -> None:
-        super().__init__()
-        self.validate_args = validate_args
-        _hold_loss_options(self, reduction, distributed)
-
-
-class _SettingsLoss(_SettingsModule[S]):
-    """A :class:`_SettingsModule` that is a loss: with the :class:`LossOptions` ``reduction`` and
-    ``distributed`` besides ``validate_args``."""
-
-    reduction: Reduction
-    distributed: bool
-
-    def __init__(self, settings: S, options: LossOptions) -> None:
-        super().__init__(settings, options.validate_args)
-        _hold_loss_options(self, options.reduction, options.distributed)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, reduction={self.reduction!r}"

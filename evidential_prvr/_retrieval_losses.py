@@ -10,6 +10,7 @@ L_base is what a MS-SL / GMMFormer-style PRVR model trains with before any Holme
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,12 +20,10 @@ from evidential_prvr._loss_gathers import batch_rows, lift_rows, shared_gathers,
 from evidential_prvr._module_bases import PresetModule
 from evidential_prvr._settings import (
     BaseLossSettings,
-    BaseRetrievalSettings,
-    check_diversity_settings,
-    check_settings,
-    check_triplet_settings,
-    settings_fields,
-    settings_repr,
+    check_base_options,
+    check_diversity_options,
+    check_loss_weights,
+    check_triplet_options,
 )
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
@@ -102,7 +101,7 @@ class TripletRankingLoss(PresetModule):
         distributed: bool = False,
     ) -> None:
         super().__init__()
-        check_triplet_settings(margin, hard_negative_topk, video_negative)
+        check_triplet_options(margin, hard_negative_topk, video_negative)
         check_choice(reduction, "reduction", REDUCTIONS)
         self.margin = float(margin)
         self.hard_negative_topk = hard_negative_topk
@@ -226,7 +225,7 @@ class QueryDiversityLoss(PresetModule):
     def __init__(self, alpha: float = 32.0, delta: float = 0.2, lam: float = 1.0, reduction: Reduction = "mean",
                  validate_args: bool | None = None, distributed: bool = False) -> None:
         super().__init__()
-        check_diversity_settings(alpha, delta, lam)
+        check_diversity_options(alpha, delta, lam)
         check_choice(reduction, "reduction", REDUCTIONS)
         self.alpha, self.delta, self.lam = float(alpha), float(delta), float(lam)
         self.reduction = reduction
@@ -259,9 +258,11 @@ class BaseRetrievalLoss(PresetModule):
     r"""The basic PRVR objective L_base (Holmes Eq. 22 + Eq. 23); ``forward`` computes what
     :func:`~evidential_prvr.functional.base_retrieval_loss` computes.
 
-    The hyperparameters are keyword-only, the fields of its :meth:`settings`, also readable and
-    assignable as attributes (a value assigned later is checked when the module next runs, or by
-    :meth:`settings`).
+    The hyperparameters are keyword-only plain attributes, checked here (a value assigned later is checked when
+    the module next runs). :meth:`details` calls the body of
+    :func:`~evidential_prvr.functional.base_retrieval_loss_details` with them (with ``distributed=True``, L_div on
+    this rank's queries); ``forward`` returns its ``loss``. :meth:`from_preset` takes the preset's ``base`` section
+    and its L_base weights.
 
     Parameters
     ----------
@@ -321,58 +322,39 @@ class BaseRetrievalLoss(PresetModule):
         distributed: bool = False,
     ) -> None:
         super().__init__()
-        settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight,
-                                         clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
-                                         div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
-                                         nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk)
+        check_base_options(margin=margin, hard_negative_topk=hard_negative_topk, video_negative=video_negative,
+                           nce_video_to_text=nce_video_to_text, div_alpha=div_alpha, div_delta=div_delta,
+                           div_lambda=div_lambda)
+        check_loss_weights(frame_nce_weight=frame_nce_weight, clip_nce_weight=clip_nce_weight, div_weight=div_weight)
         check_choice(reduction, "reduction", REDUCTIONS)
-        self.margin = settings.margin
-        self.frame_nce_weight = settings.frame_nce_weight
-        self.clip_nce_weight = settings.clip_nce_weight
-        self.div_weight = settings.div_weight
-        self.div_alpha = settings.div_alpha
-        self.div_delta = settings.div_delta
-        self.div_lambda = settings.div_lambda
-        self.video_negative = settings.video_negative
-        self.nce_video_to_text = settings.nce_video_to_text
-        self.hard_negative_topk = settings.hard_negative_topk
+        self.margin = margin
+        self.frame_nce_weight = frame_nce_weight
+        self.clip_nce_weight = clip_nce_weight
+        self.div_weight = div_weight
+        self.div_alpha = div_alpha
+        self.div_delta = div_delta
+        self.div_lambda = div_lambda
+        self.video_negative = video_negative
+        self.nce_video_to_text = nce_video_to_text
+        self.hard_negative_topk = hard_negative_topk
         self.use_hard_negatives = bool(use_hard_negatives)
         self.reduction = reduction
         self.validate_args = validate_args
         self.distributed = bool(distributed)
 
     @classmethod
-    def from_settings(cls, settings: BaseRetrievalSettings, *, use_hard_negatives: bool = False,
-                      reduction: Reduction = "mean", validate_args: bool | None = None,
-                      distributed: bool = False) -> BaseRetrievalLoss:
-        """The loss of a ``BaseRetrievalSettings`` (e.g. ``BaseRetrievalSettings.from_sections`` of a
-        registry entry)."""
-        check_settings(settings, BaseRetrievalSettings)
-        return cls(margin=settings.margin, frame_nce_weight=settings.frame_nce_weight,
-                   clip_nce_weight=settings.clip_nce_weight, div_weight=settings.div_weight,
-                   div_alpha=settings.div_alpha, div_delta=settings.div_delta, div_lambda=settings.div_lambda,
-                   video_negative=settings.video_negative, nce_video_to_text=settings.nce_video_to_text,
-                   hard_negative_topk=settings.hard_negative_topk, use_hard_negatives=use_hard_negatives,
-                   reduction=reduction, validate_args=validate_args, distributed=distributed)
-
-    @classmethod
     def _preset_arguments(cls, preset: Preset, dataset: DatasetName | None) -> dict[str, Any]:
         owner = f"{cls.__name__}.from_preset({preset!r})"
         sections = module_settings(preset, dataset)
-        return settings_fields(BaseRetrievalSettings.from_sections(sections.require("base", owner),
-                                                                   sections.require("weights", owner)))
-
-    def settings(self) -> BaseRetrievalSettings:
-        """The loss's settings, built from its attributes and checked (frozen; :func:`dataclasses.replace`
-        makes a changed copy, which :meth:`from_settings` turns into a module)."""
-        return BaseRetrievalSettings(margin=self.margin, frame_nce_weight=self.frame_nce_weight,
-                                     clip_nce_weight=self.clip_nce_weight, div_weight=self.div_weight,
-                                     div_alpha=self.div_alpha, div_delta=self.div_delta, div_lambda=self.div_lambda,
-                                     video_negative=self.video_negative, nce_video_to_text=self.nce_video_to_text,
-                                     hard_negative_topk=self.hard_negative_topk)
+        weights = sections.require("weights", owner)
+        return {**dataclasses.asdict(sections.require("base", owner)), "frame_nce_weight": weights.nce_frame,
+                "clip_nce_weight": weights.nce_clip, "div_weight": weights.div}
 
     def extra_repr(self) -> str:
-        return (f"{settings_repr(self.settings())}, reduction={self.reduction!r}, "
+        return (f"margin={self.margin}, div_delta={self.div_delta}, hard_negative_topk={self.hard_negative_topk}, "
+                f"video_negative={self.video_negative!r}, nce_video_to_text={self.nce_video_to_text!r}, "
+                f"div_alpha={self.div_alpha}, div_lambda={self.div_lambda}, frame_nce_weight={self.frame_nce_weight}, "
+                f"clip_nce_weight={self.clip_nce_weight}, div_weight={self.div_weight}, reduction={self.reduction!r}, "
                 f"use_hard_negatives={self.use_hard_negatives}")
 
     def forward(
@@ -410,22 +392,24 @@ class BaseRetrievalLoss(PresetModule):
         """The arguments of :meth:`forward`; returns every term
         (:class:`~evidential_prvr.BaseRetrievalLossDetails`, whose ``loss`` is what :meth:`forward` returns).
         Called directly, it does not run the module's hooks."""
-        settings = self.settings()
         hard = self.use_hard_negatives if hard_negatives is None else bool(hard_negatives)
         diversity = None
         with shared_gathers():
             if self.distributed and is_distributed():
                 # L_div pairs the captions of one video: computed on this rank's queries, lifted to the global batch
-                diversity = lift_rows(query_diversity_loss(query_emb, query_video, settings.div_alpha,
-                                                           settings.div_delta, settings.div_lambda, reduction="none",
+                diversity = lift_rows(query_diversity_loss(query_emb, query_video, self.div_alpha, self.div_delta,
+                                                           self.div_lambda, reduction="none",
                                                            validate_args=self.validate_args), "queries")
             frame_sim, clip_sim, query_video = batch_rows(
                 self.distributed, type(self).__name__, frame_sim, clip_sim, query_video)
             frame_logits, clip_logits = batch_rows(self.distributed, type(self).__name__, frame_logits, clip_logits)
-            return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings=settings,
-                                        hard_negatives=hard, frame_logits=frame_logits, clip_logits=clip_logits,
-                                        generator=generator, reduction=self.reduction,
-                                        validate_args=self.validate_args, diversity=diversity)
+            return _base_retrieval_loss(
+                frame_sim, clip_sim, query_emb, query_video, frame_logits=frame_logits, clip_logits=clip_logits,
+                margin=self.margin, frame_nce_weight=self.frame_nce_weight, clip_nce_weight=self.clip_nce_weight,
+                div_weight=self.div_weight, div_alpha=self.div_alpha, div_delta=self.div_delta,
+                div_lambda=self.div_lambda, video_negative=self.video_negative,
+                nce_video_to_text=self.nce_video_to_text, hard_negative_topk=self.hard_negative_topk if hard else None,
+                generator=generator, reduction=self.reduction, validate_args=self.validate_args, diversity=diversity)
 
     if TYPE_CHECKING:  # nn.Module.__call__ is untyped: calling the module is calling forward
         __call__ = forward

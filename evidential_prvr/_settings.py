@@ -1,16 +1,18 @@
-"""The settings dataclasses of the registry's sections, each checked once when it is built.
+"""The checks of the Holmes hyperparameters and the registry's section dataclasses.
 
-:mod:`evidential_prvr.presets` re-exports them and fills them with each preset's numbers; the modules hold
-one as their settings; the functions of :mod:`evidential_prvr.functional` build one to check their keywords.
-The checks of the values that a function and its settings share live here too.
+Each ``check_*_options`` function checks the keyword arguments that a function of
+:mod:`evidential_prvr.functional`, its module and a section of :func:`evidential_prvr.presets.holmes_settings`
+share, so that every layer reports a bad value with one message naming it: the function at every call, the
+module in its ``__init__``, the section when it is built (e.g. from a reference-model config).
+
+The sections hold no defaults: each preset of :mod:`evidential_prvr.presets` writes its numbers out, so a
+changed default of a function or a module cannot move a preset.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from evidential_prvr._checks import check_choice, check_in_range, check_positive, check_positive_int
 from evidential_prvr.choices import (
@@ -44,39 +46,44 @@ from evidential_prvr.choices import (
     VideoNegative,
 )
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
 __all__ = [
     "TransportSettings",
-    "IdentificationSettings",
     "InterVideoSettings",
     "IntraVideoSettings",
     "BaseLossSettings",
-    "BaseRetrievalSettings",
 ]
 
 
-def check_triplet_settings(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
-                           random_negatives: bool = False) -> None:
-    """The checks of the triplet loss's hyperparameters; ``random_negatives``: ``hard_negative_topk=None``
-    is accepted (the functional's random negatives)."""
-    check_positive(margin, "margin")
-    if hard_negative_topk is not None or not random_negatives:
-        check_positive_int(hard_negative_topk, "hard_negative_topk")
-    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+def check_transport_options(*, epsilon: float, n_iters: int, dustbin_quantile: float | None,
+                            normalize: FOTNormalization, minmax_over: MinmaxScope, marginals: FOTMarginals,
+                            grad: SinkhornGrad, tol: float | None, method: SinkhornMethod) -> None:
+    """The checks of the flexible transport's hyperparameters (:func:`~evidential_prvr.functional.flexible_ot`)."""
+    check_positive(epsilon, "epsilon")
+    check_positive_int(n_iters, "n_iters")
+    if dustbin_quantile is not None:
+        check_in_range(dustbin_quantile, "dustbin_quantile", 0.0, 1.0, low_inclusive=False, high_inclusive=False)
+    check_choice(normalize, "normalize", FOT_NORMALIZATIONS)
+    check_choice(minmax_over, "minmax_over", MINMAX_SCOPES)
+    check_choice(marginals, "marginals", FOT_MARGINALS)
+    if tol is not None:
+        check_positive(tol, "tol")
+    check_choice(grad, "grad", SINKHORN_GRADS)
+    check_choice(method, "method", SINKHORN_METHODS)
 
 
-def check_diversity_settings(alpha: float, delta: float, lam: float,
-                             names: tuple[str, str, str] = ("alpha", "delta", "lam")) -> None:
-    """The checks of α, δ and λ of the query-diversity loss (Eq. 23), reported under ``names``."""
-    check_positive(alpha, names[0])
-    check_in_range(delta, names[1], -2.0, 2.0)
-    check_in_range(lam, names[2], 0.0, 64.0)
+def check_identification_options(*, beta: float, tau: float, tanh_scaling: TanhScaling,
+                                 entropy_median: EntropyMedian, matched: MatchRule, fusion: Fusion) -> None:
+    """The checks of the identification's hyperparameters (:func:`~evidential_prvr.functional.identify`)."""
+    check_in_range(beta, "beta", 0.0, 1.0)
+    check_positive(tau, "tau")
+    check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
+    check_choice(entropy_median, "entropy_median", ENTROPY_MEDIANS)
+    check_choice(matched, "matched", MATCH_RULES)
+    check_choice(fusion, "fusion", FUSIONS)
 
 
 def check_terms(terms: object) -> tuple[InterTerm, ...]:
-    """Validate a non-empty selection of :data:`INTER_TERMS` without repeats."""
+    """Validate a non-empty selection of :data:`INTER_TERMS` without repeats; return it as a tuple."""
     if isinstance(terms, str) or not isinstance(terms, Sequence) or len(terms) == 0:
         raise ValueError(f"terms must be a non-empty sequence drawn from {INTER_TERMS}, got {terms!r}")
     for term in terms:
@@ -86,12 +93,65 @@ def check_terms(terms: object) -> tuple[InterTerm, ...]:
     return tuple(terms)
 
 
+def check_calibration_options(*, gamma: float, calibrate: bool, calibration_set: CalibrationSet,
+                              terms: Sequence[InterTerm]) -> tuple[InterTerm, ...]:
+    """The checks of L_inter's hyperparameters besides the identification's
+    (:func:`~evidential_prvr.functional.inter_video_loss`); returns ``terms`` as a tuple."""
+    check_in_range(gamma, "gamma", 0.0, 1.0)
+    if not isinstance(calibrate, bool):
+        raise TypeError(f"calibrate must be a bool, got {type(calibrate).__name__}")
+    check_choice(calibration_set, "calibration_set", CALIBRATION_SETS)
+    return check_terms(terms)
+
+
+def check_intra_options(*, tau: float, tanh_scaling: TanhScaling, assignment: IntraAssignment) -> None:
+    """The checks of L_intra's evidence hyperparameters (:func:`~evidential_prvr.functional.intra_video_loss`)."""
+    check_positive(tau, "tau")
+    check_choice(tanh_scaling, "tanh_scaling", TANH_SCALINGS)
+    check_choice(assignment, "assignment", INTRA_ASSIGNMENTS)
+
+
+def check_triplet_options(margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
+                           random_negatives: bool = False) -> None:
+    """The checks of the triplet loss's hyperparameters; ``random_negatives``: ``hard_negative_topk=None``
+    is accepted (the functional's random negatives)."""
+    check_positive(margin, "margin")
+    if hard_negative_topk is not None or not random_negatives:
+        check_positive_int(hard_negative_topk, "hard_negative_topk")
+    check_choice(video_negative, "video_negative", VIDEO_NEGATIVES)
+
+
+def check_diversity_options(alpha: float, delta: float, lam: float,
+                             names: tuple[str, str, str] = ("alpha", "delta", "lam")) -> None:
+    """The checks of α, δ and λ of the query-diversity loss (Eq. 23), reported under ``names``."""
+    check_positive(alpha, names[0])
+    check_in_range(delta, names[1], -2.0, 2.0)
+    check_in_range(lam, names[2], 0.0, 64.0)
+
+
+def check_base_options(*, margin: float, hard_negative_topk: int | None, video_negative: VideoNegative,
+                       nce_video_to_text: NCEVideoToText, div_alpha: float, div_delta: float, div_lambda: float,
+                       random_negatives: bool = False) -> None:
+    """The checks of L_base's hyperparameters besides its weights (:func:`~evidential_prvr.functional.base_retrieval_loss`);
+    ``random_negatives``: ``hard_negative_topk=None`` is accepted."""
+    check_triplet_options(margin, hard_negative_topk, video_negative, random_negatives)
+    check_diversity_options(div_alpha, div_delta, div_lambda, ("div_alpha", "div_delta", "div_lambda"))
+    check_choice(nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
+
+
+def check_loss_weights(**weights: float) -> None:
+    """Each weight (by its name) is a finite number >= 0."""
+    for name, value in weights.items():
+        check_in_range(value, name, 0.0, float("inf"), high_inclusive=False)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TransportSettings:
-    """The hyperparameters of flexible optimal transport (Holmes §3.3, Eq. 19-20, App. B.5), checked once.
+    """The ``transport`` section of the registry: the hyperparameters of flexible optimal transport (Holmes §3.3,
+    Eq. 19-20, App. B.5), checked when built.
 
-    The one schema of :func:`flexible_ot`, :class:`~evidential_prvr.FlexibleOT` and the registry's
-    ``transport`` section (:func:`evidential_prvr.presets.holmes_settings`); keyword-only.
+    The keyword arguments of :func:`~evidential_prvr.functional.flexible_ot` and :class:`~evidential_prvr.FlexibleOT`
+    (``FlexibleOT(**dataclasses.asdict(section))``); keyword-only, no defaults (a preset writes every value).
 
     Attributes
     ----------
@@ -119,86 +179,45 @@ class TransportSettings:
 
     Examples
     --------
-    >>> from evidential_prvr.presets import TransportSettings, holmes_settings
-    >>> holmes_settings("release", "tvr").transport == TransportSettings()  # the release's are the defaults
-    True
-    >>> TransportSettings(epsilon=0.05, dustbin_quantile=None).marginals
-    'release'
+    >>> from evidential_prvr.presets import holmes_settings
+    >>> release = holmes_settings("release", "tvr").transport
+    >>> release.epsilon, release.dustbin_quantile, release.marginals
+    (0.1, 0.3, 'release')
 
     References
     ----------
     Holmes (ICML 2026), §3.3, Eq. 19-20 and App. B.5; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
-    epsilon: float = 0.1
-    n_iters: int = 50
-    dustbin_quantile: float | None = 0.3
-    normalize: FOTNormalization = "minmax"
-    minmax_over: MinmaxScope = "block"
-    marginals: FOTMarginals = "release"
-    grad: SinkhornGrad = "detach"
-    tol: float | None = None
-    method: SinkhornMethod = "auto"
+    epsilon: float
+    n_iters: int
+    dustbin_quantile: float | None
+    normalize: FOTNormalization
+    minmax_over: MinmaxScope
+    marginals: FOTMarginals
+    grad: SinkhornGrad
+    tol: float | None
+    method: SinkhornMethod
 
     def __post_init__(self) -> None:
-        check_positive(self.epsilon, "epsilon")
-        check_positive_int(self.n_iters, "n_iters")
-        if self.dustbin_quantile is not None:
-            check_in_range(self.dustbin_quantile, "dustbin_quantile", 0.0, 1.0, low_inclusive=False,
-                           high_inclusive=False)
-        check_choice(self.normalize, "normalize", FOT_NORMALIZATIONS)
-        check_choice(self.minmax_over, "minmax_over", MINMAX_SCOPES)
-        check_choice(self.marginals, "marginals", FOT_MARGINALS)
-        if self.tol is not None:
-            check_positive(self.tol, "tol")
-        check_choice(self.grad, "grad", SINKHORN_GRADS)
-        check_choice(self.method, "method", SINKHORN_METHODS)
+        check_transport_options(epsilon=self.epsilon, n_iters=self.n_iters, dustbin_quantile=self.dustbin_quantile,
+                                normalize=self.normalize, minmax_over=self.minmax_over, marginals=self.marginals,
+                                grad=self.grad, tol=self.tol, method=self.method)
 
 
 @dataclass(frozen=True, kw_only=True)
-class IdentificationSettings:
-    """The hyperparameters of :func:`identify` and :class:`~evidential_prvr.UncertaintyGuidedIdentifier`,
-    checked once (see :func:`identify` for their meaning); keyword-only.
+class InterVideoSettings:
+    """The ``inter`` section of the registry: the hyperparameters of inter-video evidential learning L_inter
+    (Holmes §3.2, Eq. 3-18), checked when built.
 
-    Examples
-    --------
-    >>> from evidential_prvr.presets import IdentificationSettings
-    >>> IdentificationSettings(beta=0.4).tau
-    0.1
-
-    References
-    ----------
-    Holmes (ICML 2026), §3.2, Eq. 10-14.
-    """
-
-    beta: float = 0.3
-    tau: float = 0.1
-    tanh_scaling: TanhScaling = "inside"
-    entropy_median: EntropyMedian = "candidates"
-    matched: MatchRule = "any_positive"
-    fusion: Fusion = "uncertainty_dominant"
-
-    def __post_init__(self) -> None:
-        check_in_range(self.beta, "beta", 0.0, 1.0)
-        check_positive(self.tau, "tau")
-        check_choice(self.tanh_scaling, "tanh_scaling", TANH_SCALINGS)
-        check_choice(self.entropy_median, "entropy_median", ENTROPY_MEDIANS)
-        check_choice(self.matched, "matched", MATCH_RULES)
-        check_choice(self.fusion, "fusion", FUSIONS)
-
-
-@dataclass(frozen=True, kw_only=True)
-class InterVideoSettings(IdentificationSettings):
-    """The hyperparameters of inter-video evidential learning L_inter (Holmes §3.2, Eq. 3-18), checked once.
-
-    The one schema of :func:`inter_video_loss`, :class:`~evidential_prvr.EvidentialRetrievalLoss` and the
-    registry's ``inter`` section; the identification settings (inherited from ``IdentificationSettings``:
-    the fields of :func:`identify`) plus the calibration. Keyword-only.
+    The keyword arguments of :func:`~evidential_prvr.functional.inter_video_loss` and
+    :class:`~evidential_prvr.EvidentialRetrievalLoss` (``EvidentialRetrievalLoss(**dataclasses.asdict(section))``);
+    its first six are those of :func:`~evidential_prvr.functional.identify`. Keyword-only, no defaults.
 
     Attributes
     ----------
     beta : float
-        :math:`\\beta \\in [0, 1]` of Eq. 11 (default 0.3).
+        :math:`\\beta \\in [0, 1]` of Eq. 11.
     tau : float
         Evidence temperature of Eq. 3 (> 0).
     tanh_scaling : {"inside", "outside"}
@@ -213,8 +232,7 @@ class InterVideoSettings(IdentificationSettings):
     gamma : float
         Calibration weight γ ∈ [0, 1] of Eq. 15.
     calibrate : bool
-        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8), and the
-        identification runs only when details are asked for.
+        ``False`` is the warm-up stage: every query keeps its plain label (Table 3 row 8).
     calibration_set : {"refined", "initial"}
         Calibrate the fused :math:`S^o_n` (paper) or only the fused initial polysemous set :math:`\\tilde S_n`,
         before the entropy refinement (Table 3 row 9).
@@ -232,26 +250,33 @@ class InterVideoSettings(IdentificationSettings):
     Holmes (ICML 2026), §3.2, Eq. 3-18; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
-    gamma: float = 0.2
-    calibrate: bool = True
-    calibration_set: CalibrationSet = "refined"
-    terms: tuple[InterTerm, ...] = INTER_TERMS
+    beta: float
+    tau: float
+    tanh_scaling: TanhScaling
+    entropy_median: EntropyMedian
+    matched: MatchRule
+    fusion: Fusion
+    gamma: float
+    calibrate: bool
+    calibration_set: CalibrationSet
+    terms: tuple[InterTerm, ...]
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        check_in_range(self.gamma, "gamma", 0.0, 1.0)
-        if not isinstance(self.calibrate, bool):
-            raise TypeError(f"calibrate must be a bool, got {type(self.calibrate).__name__}")
-        check_choice(self.calibration_set, "calibration_set", CALIBRATION_SETS)
-        object.__setattr__(self, "terms", check_terms(self.terms))
+        check_identification_options(beta=self.beta, tau=self.tau, tanh_scaling=self.tanh_scaling,
+                                     entropy_median=self.entropy_median, matched=self.matched, fusion=self.fusion)
+        terms = check_calibration_options(gamma=self.gamma, calibrate=self.calibrate,
+                                          calibration_set=self.calibration_set, terms=self.terms)
+        object.__setattr__(self, "terms", terms)
 
 
 @dataclass(frozen=True, kw_only=True)
 class IntraVideoSettings:
-    """The evidence settings of intra-video evidential learning L_intra (Holmes §3.3), checked once.
+    """The ``intra`` section of the registry: the evidence hyperparameters of intra-video evidential learning
+    L_intra (Holmes §3.3), checked when built; the transport is the ``transport`` section.
 
-    The one schema of :func:`intra_video_loss`, :class:`~evidential_prvr.IntraVideoEvidentialLoss` and
-    the registry's ``intra`` section; the transport has its own (:class:`TransportSettings`).
+    The keyword arguments ``tau``, ``tanh_scaling`` and ``assignment`` of
+    :func:`~evidential_prvr.functional.intra_video_loss` and :class:`~evidential_prvr.IntraVideoEvidentialLoss`.
+    Keyword-only, no defaults.
 
     Attributes
     ----------
@@ -260,7 +285,7 @@ class IntraVideoSettings:
     tanh_scaling : {"outside", "inside"}
         Evidence form, see :func:`~evidential_prvr.functional.evidence` (release: ``"outside"``).
     assignment : {"fot", "ot", "softmax"}
-        ``"fot"``: flexible transport with dustbin (default); ``"ot"``: the same transport without
+        ``"fot"``: flexible transport with dustbin; ``"ot"``: the same transport without
         dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
         over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
         not give its temperature).
@@ -268,7 +293,7 @@ class IntraVideoSettings:
     Examples
     --------
     >>> from evidential_prvr.presets import IntraVideoSettings
-    >>> IntraVideoSettings(assignment="ot")  # Table 3 row 12
+    >>> IntraVideoSettings(tau=0.06, tanh_scaling="outside", assignment="ot")  # Table 3 row 12
     IntraVideoSettings(tau=0.06, tanh_scaling='outside', assignment='ot')
 
     References
@@ -276,23 +301,22 @@ class IntraVideoSettings:
     Holmes (ICML 2026), §3.3 and Table 3; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
-    tau: float = 0.06
-    tanh_scaling: TanhScaling = "outside"
-    assignment: IntraAssignment = "fot"
+    tau: float
+    tanh_scaling: TanhScaling
+    assignment: IntraAssignment
 
     def __post_init__(self) -> None:
-        check_positive(self.tau, "tau")
-        check_choice(self.tanh_scaling, "tanh_scaling", TANH_SCALINGS)
-        check_choice(self.assignment, "assignment", INTRA_ASSIGNMENTS)
+        check_intra_options(tau=self.tau, tanh_scaling=self.tanh_scaling, assignment=self.assignment)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BaseLossSettings:
-    """The hyperparameters of the basic objectives (Holmes App. B.1, Eq. 22-23), checked once.
+    """The ``base`` section of the registry: the hyperparameters of the basic objectives (Holmes App. B.1,
+    Eq. 22-23) besides their weights (the ``weights`` section), checked when built.
 
-    The registry's ``base`` section; with the three loss weights it is
-    :class:`~evidential_prvr.presets.BaseRetrievalSettings`.
-    Keyword-only.
+    With the weights ``frame_nce_weight``, ``clip_nce_weight`` and ``div_weight`` they are the keyword arguments
+    of :func:`~evidential_prvr.functional.base_retrieval_loss` and :class:`~evidential_prvr.BaseRetrievalLoss`.
+    Keyword-only, no defaults.
 
     Attributes
     ----------
@@ -311,7 +335,8 @@ class BaseLossSettings:
     Examples
     --------
     >>> from evidential_prvr.presets import BaseLossSettings
-    >>> BaseLossSettings(video_negative="random")
+    >>> BaseLossSettings(margin=0.2, div_delta=0.2, hard_negative_topk=20, video_negative="random",
+    ...                  nce_video_to_text="release", div_alpha=32.0, div_lambda=1.0)
     Traceback (most recent call last):
         ...
     ValueError: video_negative must be one of 'hardest', 'pool'; got 'random'
@@ -321,72 +346,15 @@ class BaseLossSettings:
     Holmes (ICML 2026), App. B.1, Eq. 22-23; the official Holmes release (``lijun2005/ICML26-Holmes``, ``src/Configs``).
     """
 
-    margin: float = 0.2
-    div_delta: float = 0.2
-    hard_negative_topk: int = 20
-    video_negative: VideoNegative = "hardest"
-    nce_video_to_text: NCEVideoToText = "release"
-    div_alpha: float = 32.0
-    div_lambda: float = 1.0
+    margin: float
+    div_delta: float
+    hard_negative_topk: int
+    video_negative: VideoNegative
+    nce_video_to_text: NCEVideoToText
+    div_alpha: float
+    div_lambda: float
 
     def __post_init__(self) -> None:
-        check_triplet_settings(self.margin, self.hard_negative_topk, self.video_negative)
-        check_diversity_settings(self.div_alpha, self.div_delta, self.div_lambda, ("div_alpha", "div_delta", "div_lambda"))
-        check_choice(self.nce_video_to_text, "nce_video_to_text", NCE_VIDEO_TO_TEXT)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaseRetrievalSettings(BaseLossSettings):
-    r"""The hyperparameters of L_base (Holmes Eq. 22 + Eq. 23): :class:`BaseLossSettings` and the weights
-    :math:`\lambda_f`, :math:`\lambda_c`, :math:`\lambda_{div}` (>= 0), checked once; keyword-only.
-
-    The one schema of :func:`base_retrieval_loss` and :class:`~evidential_prvr.BaseRetrievalLoss`;
-    :meth:`from_sections` builds it from the registry's ``base`` and ``weights`` sections.
-
-    Examples
-    --------
-    >>> from evidential_prvr.presets import BaseRetrievalSettings, holmes_settings
-    >>> s = holmes_settings("release", "tvr")
-    >>> BaseRetrievalSettings.from_sections(s.base, s.weights).frame_nce_weight
-    0.04
-
-    References
-    ----------
-    Holmes (ICML 2026), App. B.1, Eq. 22-23.
-    """
-
-    frame_nce_weight: float = 0.04
-    clip_nce_weight: float = 0.02
-    div_weight: float = 0.003
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("frame_nce_weight", "clip_nce_weight", "div_weight"):
-            check_in_range(getattr(self, name), name, 0.0, float("inf"), high_inclusive=False)
-
-    @classmethod
-    def from_sections(cls, base: BaseLossSettings, weights: object) -> BaseRetrievalSettings:
-        """The registry's ``base`` section with the L_base weights of its ``weights`` section
-        (:class:`~evidential_prvr.presets.LossWeights`: ``nce_frame``, ``nce_clip``, ``div``)."""
-        return cls(**settings_fields(base, BaseLossSettings), frame_nce_weight=weights.nce_frame,  # type: ignore[attr-defined]
-                   clip_nce_weight=weights.nce_clip, div_weight=weights.div)  # type: ignore[attr-defined]
-
-
-def settings_fields(settings: DataclassInstance, schema: DataclassInstance | type[DataclassInstance] | None = None
-                    ) -> dict[str, Any]:
-    """The field values of a settings dataclass, by name (not copied); with ``schema``, only those of the
-    fields of ``schema`` (the part of an extended settings object that a base schema holds)."""
-    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings if schema is None else schema)}
-
-
-def check_settings(settings: object, settings_class: type) -> None:
-    """Raise ``TypeError`` unless ``settings`` is a ``settings_class`` (the check of every ``from_settings``)."""
-    if not isinstance(settings, settings_class):
-        name = settings_class.__name__
-        article = "an" if name[0] in "AEIOU" else "a"
-        raise TypeError(f"settings must be {article} {name}, got {type(settings).__name__}")
-
-
-def settings_repr(settings: Any) -> str:
-    """``name=value, ...`` of every field of a settings dataclass (a module's ``extra_repr``)."""
-    return ", ".join(f"{f.name}={getattr(settings, f.name)!r}" for f in dataclasses.fields(settings))
+        check_base_options(margin=self.margin, hard_negative_topk=self.hard_negative_topk,
+                           video_negative=self.video_negative, nce_video_to_text=self.nce_video_to_text,
+                           div_alpha=self.div_alpha, div_delta=self.div_delta, div_lambda=self.div_lambda)

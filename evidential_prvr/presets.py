@@ -27,14 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evidential_prvr._checks import check_choice
-from evidential_prvr._settings import (
-    BaseLossSettings,
-    BaseRetrievalSettings,
-    IdentificationSettings,
-    InterVideoSettings,
-    IntraVideoSettings,
-    TransportSettings,
-)
+from evidential_prvr._settings import BaseLossSettings, InterVideoSettings, IntraVideoSettings, TransportSettings
 from evidential_prvr.choices import DAB_DATASETS, DAB_PRESETS, HUD_DATASETS, HUD_PRESETS, PRESETS, LogVarWeightInit
 
 __all__ = [
@@ -44,12 +37,10 @@ __all__ = [
     "canonical_dataset",
     "CAPTIONS_PER_VIDEO",
     "closest_dataset",
-    "IdentificationSettings",
     "InterVideoSettings",
     "TransportSettings",
     "IntraVideoSettings",
     "BaseLossSettings",
-    "BaseRetrievalSettings",
     "LossWeights",
     "ScheduleSettings",
     "OptimizerSettings",
@@ -334,12 +325,18 @@ class HolmesSettings:
 
 
 # --- the release (src/Configs/{tvr,act,cha}.py) ---------------------------------------------------------
+# Every value is written out here: a default of a function or a module never reaches a preset.
 _RELEASE_INTER_TAU = {"tvr": 0.05, "activitynet": 0.04, "charades": 0.08}
 _RELEASE_INTRA_TAU = {"tvr": 0.06, "activitynet": 0.08, "charades": 0.08}
+_RELEASE_TRANSPORT = TransportSettings(epsilon=0.1, n_iters=50, dustbin_quantile=0.3, normalize="minmax",
+                                       minmax_over="block", marginals="release", grad="detach", tol=None, method="auto")
 _RELEASE_BASE = {
-    "tvr": BaseLossSettings(margin=0.1, div_delta=0.15),
-    "activitynet": BaseLossSettings(margin=0.2, div_delta=0.2),
-    "charades": BaseLossSettings(margin=0.2, div_delta=0.2),
+    "tvr": BaseLossSettings(margin=0.1, div_delta=0.15, hard_negative_topk=20, video_negative="hardest",
+                            nce_video_to_text="release", div_alpha=32.0, div_lambda=1.0),
+    "activitynet": BaseLossSettings(margin=0.2, div_delta=0.2, hard_negative_topk=20, video_negative="hardest",
+                                    nce_video_to_text="release", div_alpha=32.0, div_lambda=1.0),
+    "charades": BaseLossSettings(margin=0.2, div_delta=0.2, hard_negative_topk=20, video_negative="hardest",
+                                 nce_video_to_text="release", div_alpha=32.0, div_lambda=1.0),
 }
 _RELEASE_WEIGHTS = {
     "tvr": LossWeights(nce_clip=0.05, nce_frame=0.04, div=8e-5, intra=0.8, inter=0.2),
@@ -362,11 +359,21 @@ _RELEASE_MODEL = {
     "charades": ModelSettings(dropout=0.25, width_temperature=0.6),
 }
 
+
+def _release_inter(dataset: str) -> InterVideoSettings:
+    return InterVideoSettings(beta=0.3, tau=_RELEASE_INTER_TAU[dataset], tanh_scaling="outside", entropy_median="batch",
+                              matched="argmax", fusion="uncertainty_dominant", gamma=0.2, calibrate=True,
+                              calibration_set="refined", terms=("frame", "clip", "fused"))
+
+
 # --- the paper as printed ---------------------------------------------------------------------------------
-_PAPER_INTER = InterVideoSettings(tau=0.1, tanh_scaling="inside", entropy_median="candidates", matched="any_positive")
+_PAPER_INTER = InterVideoSettings(beta=0.3, tau=0.1, tanh_scaling="inside", entropy_median="candidates",
+                                  matched="any_positive", fusion="uncertainty_dominant", gamma=0.2, calibrate=True,
+                                  calibration_set="refined", terms=("frame", "clip", "fused"))
 # ε and the normalisation are not in the paper: raw similarities, the release's ε, uniform marginals (App. B.5).
-_PAPER_TRANSPORT = TransportSettings(normalize=None, minmax_over="valid", marginals="uniform")
-_PAPER_INTRA = IntraVideoSettings(tau=0.1, tanh_scaling="inside")
+_PAPER_TRANSPORT = TransportSettings(epsilon=0.1, n_iters=50, dustbin_quantile=0.3, normalize=None, minmax_over="valid",
+                                     marginals="uniform", grad="detach", tol=None, method="auto")
+_PAPER_INTRA = IntraVideoSettings(tau=0.1, tanh_scaling="inside", assignment="fot")
 _PAPER_QUERY_LEN = {"tvr": 30, "activitynet": 64, "charades": 30}  # App. A.1
 
 
@@ -407,10 +414,9 @@ def holmes_settings(preset: str, dataset: str | None = None) -> HolmesSettings:
         return HolmesSettings(
             preset="release",
             dataset=name,
-            inter=InterVideoSettings(tau=_RELEASE_INTER_TAU[name], tanh_scaling="outside", entropy_median="batch",
-                                     matched="argmax"),
-            transport=TransportSettings(),
-            intra=IntraVideoSettings(tau=_RELEASE_INTRA_TAU[name], tanh_scaling="outside"),
+            inter=_release_inter(name),
+            transport=_RELEASE_TRANSPORT,
+            intra=IntraVideoSettings(tau=_RELEASE_INTRA_TAU[name], tanh_scaling="outside", assignment="fot"),
             base=_RELEASE_BASE[name],
             weights=_RELEASE_WEIGHTS[name],
             schedule=_RELEASE_SCHEDULE[name],
@@ -477,9 +483,9 @@ class HUDSettings:
     its implementation details.
     """
 
-    num_samples: int = 8
-    tau: float = 0.1
-    kappa: float = 0.5
+    num_samples: int
+    tau: float
+    kappa: float
 
 
 _HUD_PAPER = HUDSettings(num_samples=8, tau=0.1, kappa=0.5)
@@ -563,22 +569,24 @@ class DABSettings:
     DAB: "Distribution Alignment Bridge" (ECCV 2026), Key Designs 1-2 and its implementation details.
     """
 
-    logvar_init: float = -2.0
-    logvar_bounds: tuple[float, float] = (-6.0, 2.0)
-    logvar_weight_init: LogVarWeightInit = "zero"
-    n_steps: int = 32
-    total_steps: int = 1000
-    step_range: tuple[float, float] = (0.2, 0.6)
-    contraction: float = 0.8
-    weight_decay: float = 0.02
-    encoder_lr: float = 1e-6
-    head_lr: float = 1e-4
-    warmup_ratio: float = 0.1
-    batch_size: int = 32
-    epochs: int = 10
+    logvar_init: float
+    logvar_bounds: tuple[float, float]
+    logvar_weight_init: LogVarWeightInit
+    n_steps: int
+    total_steps: int
+    step_range: tuple[float, float]
+    contraction: float
+    weight_decay: float
+    encoder_lr: float
+    head_lr: float
+    warmup_ratio: float
+    batch_size: int
+    epochs: int
 
 
-_DAB_PAPER = DABSettings()
+_DAB_PAPER = DABSettings(logvar_init=-2.0, logvar_bounds=(-6.0, 2.0), logvar_weight_init="zero", n_steps=32,
+                         total_steps=1000, step_range=(0.2, 0.6), contraction=0.8, weight_decay=0.02, encoder_lr=1e-6,
+                         head_lr=1e-4, warmup_ratio=0.1, batch_size=32, epochs=10)
 
 
 def dab_settings(preset: str, dataset: str | None = None) -> DABSettings:

@@ -11,7 +11,11 @@ import torch
 
 import evidential_prvr as ep
 from evidential_prvr import functional as F
-from evidential_prvr.presets import holmes_settings
+from evidential_prvr.presets import BaseLossSettings, InterVideoSettings, TransportSettings, holmes_settings
+
+IDENTIFICATION = ("beta", "tau", "tanh_scaling", "entropy_median", "matched", "fusion")
+BASE = tuple(f.name for f in dataclasses.fields(BaseLossSettings) if f.name != "hard_negative_topk") + (
+    "frame_nce_weight", "clip_nce_weight", "div_weight")  # hard_negative_topk=None: the module's negatives, off
 
 
 def _pair(q=9, v=4, seed=0, dtype=torch.float64):
@@ -33,7 +37,8 @@ def test_identifier_equals_identify():
     frame, clip, qv = _pair()
     for preset in ("paper", "release"):
         module = ep.UncertaintyGuidedIdentifier.from_preset(preset, "tvr")
-        a, b = module(frame, clip, qv), F.identify(frame, clip, qv, **dataclasses.asdict(module.settings()))
+        settings = {name: getattr(module, name) for name in IDENTIFICATION}
+        a, b = module(frame, clip, qv), F.identify(frame, clip, qv, **settings)
         assert torch.equal(a.query_type, b.query_type) and torch.equal(a.frame.aleatoric, b.frame.aleatoric)
 
 
@@ -49,18 +54,21 @@ def test_fusion_module_equals_functional():
 def test_inter_module_equals_functional(preset):
     frame, clip, qv = _pair()
     module = ep.EvidentialRetrievalLoss.from_preset(preset, "activitynet")
-    assert torch.equal(module(frame, clip, qv), F.inter_video_loss(frame, clip, qv, **dataclasses.asdict(module.settings())))
+    settings = {f.name: getattr(module, f.name) for f in dataclasses.fields(InterVideoSettings)}
+    assert torch.equal(module(frame, clip, qv), F.inter_video_loss(frame, clip, qv, **settings))
 
 
 @pytest.mark.parametrize("preset", ["paper", "release"])
 def test_transport_and_intra_modules_equal_functionals(preset):
     sim, qmask = _groups()
     fot = ep.FlexibleOT.from_preset(preset, "tvr")
-    a, b = fot(sim, qmask), F.flexible_ot(sim, qmask, **dataclasses.asdict(fot.settings()))
+    transport = {f.name: getattr(fot, f.name) for f in dataclasses.fields(TransportSettings)}
+    a, b = fot(sim, qmask), F.flexible_ot(sim, qmask, **transport)
     assert torch.equal(a.plan, b.plan) and torch.equal(a.assignment, b.assignment)
     intra = ep.IntraVideoEvidentialLoss.from_preset(preset, "tvr")
-    assert torch.equal(intra(sim, qmask), F.intra_video_loss(sim, qmask, **dataclasses.asdict(intra.settings()),
-                                                             transport=intra.fot.settings()))
+    del transport["grad"]  # the label is detached whatever the module's transport says
+    assert torch.equal(intra(sim, qmask), F.intra_video_loss(sim, qmask, tau=intra.tau, tanh_scaling=intra.tanh_scaling,
+                                                             assignment=intra.assignment, **transport))
 
 
 def test_base_loss_modules_equal_functionals():
@@ -69,8 +77,7 @@ def test_base_loss_modules_equal_functionals():
     base = ep.BaseRetrievalLoss.from_preset("release", "tvr")
     generator = lambda: torch.Generator().manual_seed(5)  # noqa: E731
     assert torch.equal(base(frame, clip, emb, qv, generator=generator()),
-                       F.base_retrieval_loss(frame, clip, emb, qv, **{**dataclasses.asdict(base.settings()),
-                                                                        "hard_negative_topk": None},
+                       F.base_retrieval_loss(frame, clip, emb, qv, **{name: getattr(base, name) for name in BASE},
                                              generator=generator()))
     triplet = ep.TripletRankingLoss.from_preset("release", "tvr")
     assert torch.equal(triplet(frame, qv, generator()), F.triplet_ranking_loss(frame, qv, 0.1, None, generator()))
@@ -246,7 +253,7 @@ def test_identification_runs_only_when_used(monkeypatch):
     frame, clip, qv = _pair()
     calls = []
     original = inter_module._identify
-    monkeypatch.setattr(inter_module, "_identify", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(inter_module, "_identify", lambda *a, **k: calls.append(1) or original(*a, **k))
     F.inter_video_loss(frame, clip, qv, calibrate=False)
     assert calls == []
     F.inter_video_loss_details(frame, clip, qv, calibrate=False)

@@ -23,7 +23,6 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from evidential_prvr import functional as F
-from evidential_prvr import presets
 from evidential_prvr.presets import holmes_settings
 from evidential_prvr.uncertainty import CONFIDENCES, QueryTypeThresholds
 
@@ -172,7 +171,7 @@ def check_flexible_ot(d):
 def check_intra(d):
     sim, qmask, cmask = _transport(d, grad=True)
     settings = _fot_settings(d)
-    loss = F.intra_video_loss(sim, qmask, cmask, transport=presets.TransportSettings(**settings), tau=(0.01, 0.06, 0.5)[d.int(0, 2)],
+    loss = F.intra_video_loss(sim, qmask, cmask, **settings, tau=(0.01, 0.06, 0.5)[d.int(0, 2)],
                               tanh_scaling=("inside", "outside")[d.int(0, 1)],
                               assignment=("fot", "ot", "softmax")[d.int(0, 2)])
     return loss, _grads_finite(loss, sim)
@@ -418,7 +417,7 @@ CHECKS: dict[str, Callable[[Draw], object]] = {
     "flexible_ot": check_flexible_ot,
     "intra_video_loss": check_intra,
     "intra_video_loss_details": lambda d: F.intra_video_loss_details(
-        *_transport(d), transport=presets.TransportSettings(**_fot_settings(d))),
+        *_transport(d), **_fot_settings(d)),
     "triplet_ranking_loss": check_triplet,
     "info_nce_loss": check_info_nce,
     "query_diversity_loss": check_diversity,

@@ -245,11 +245,11 @@ def test_presets():
         assert (release.marginals, release.tol, release.grad, release.minmax_over) == ("release", None, "detach", "block")
     paper = FlexibleOT.from_preset("paper")
     assert (paper.normalize, paper.marginals, paper.dustbin_quantile) == (None, "uniform", 0.3)
-    assert FlexibleOT.from_preset("paper", dataset="tvr").settings() == paper.settings()
+    assert repr(FlexibleOT.from_preset("paper", dataset="tvr")) == repr(paper)
     assert FlexibleOT.from_preset("release", dataset="tvr", epsilon=0.05).epsilon == 0.05
     with pytest.raises(ValueError, match="preset"):
         FlexibleOT.from_preset("best")
-    assert FlexibleOT.from_preset("release").settings() == FlexibleOT.from_preset("release", "tvr").settings()
+    assert repr(FlexibleOT.from_preset("release")) == repr(FlexibleOT.from_preset("release", "tvr"))
     with pytest.raises(TypeError, match="'eps'"):
         FlexibleOT.from_preset("release", dataset="tvr", eps=0.1)
 

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 
 from evidential_prvr import FlexibleOT, IntraVideoEvidentialLoss
 from evidential_prvr import functional as F
-from evidential_prvr.presets import TransportSettings
 from tests.strategies.transport import masked_similarity_batches
 from tests.test_flexible_ot import reference_fot
 
@@ -158,19 +157,23 @@ def test_presets():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="clip_mask"):
         IntraVideoEvidentialLoss()(torch.rand(1, 2, 3), None, torch.zeros(1, 3, dtype=torch.bool))
-    with pytest.raises(TypeError, match="transport must be a TransportSettings or None, got dict"):
-        F.intra_video_loss(torch.rand(1, 2, 3), transport={"epsilon": 0.05})
+    with pytest.raises(ValueError, match="epsilon"):
+        F.intra_video_loss(torch.rand(1, 2, 3), epsilon=0.0)
+    with pytest.raises(ValueError, match="dustbin_quantile"):  # checked even where the assignment ignores it
+        F.intra_video_loss(torch.rand(1, 2, 3), assignment="ot", dustbin_quantile=1.5)
     with pytest.raises(ValueError, match="assignment='fot' needs a dustbin"):
-        F.intra_video_loss(torch.rand(1, 2, 3), transport=TransportSettings(dustbin_quantile=None))
+        F.intra_video_loss(torch.rand(1, 2, 3), dustbin_quantile=None)
+    with pytest.raises(TypeError, match="grad"):  # the label is always detached: there is no grad to choose
+        F.intra_video_loss(torch.rand(1, 2, 3), grad="autodiff")
 
 
-def test_the_transport_is_one_settings_object():
-    """The functional takes the transport's settings as one :class:`TransportSettings` (its keywords are
-    :func:`flexible_ot`'s): the default is the release's, and a changed transport changes the label."""
+def test_the_transport_keywords_are_flexible_ots():
+    """The functional takes the transport's keyword arguments of :func:`flexible_ot` (but ``grad``): the default is
+    the release's, and a changed transport changes the label."""
     sim = torch.rand(2, 3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     default = F.intra_video_loss_details(sim)
-    assert torch.equal(default.target, F.intra_video_loss_details(sim, transport=TransportSettings()).target)
-    sharper = F.intra_video_loss_details(sim, transport=TransportSettings(epsilon=0.02))
+    assert torch.equal(default.target, F.flexible_ot(sim).assignment)
+    sharper = F.intra_video_loss_details(sim, epsilon=0.02)
     assert not torch.allclose(default.target, sharper.target)
     expected = F.flexible_ot(sim, epsilon=0.02).assignment
     assert torch.allclose(sharper.target, expected, atol=1e-12)

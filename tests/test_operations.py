@@ -5,13 +5,11 @@ the Gaussian, DAB and HUD operations in ``test_operations_probabilistic.py``, th
 
 from __future__ import annotations
 
-import dataclasses
 
 import torch
 
 import evidential_prvr as ep
 from evidential_prvr import functional as F
-from evidential_prvr.presets import TransportSettings
 
 from . import test_operations_probabilistic, test_operations_uncertainty
 from .operation_tester import FLOAT, OperationTester, bad, input_dtype, missing_entries, uniform
@@ -445,7 +443,7 @@ class TestFlexibleOT(OperationTester):
 class TestIntraVideoLoss(OperationTester):
     function = staticmethod(F.intra_video_loss)
     module = ep.IntraVideoEvidentialLoss
-    settings = {"tau": 0.08, "transport": TransportSettings(epsilon=0.2, n_iters=10)}
+    settings = {"tau": 0.08, "epsilon": 0.2, "n_iters": 10}
     module_settings = {"tau": 0.08, "fot": ep.FlexibleOT(epsilon=0.2, n_iters=10)}
     outputs = SCALAR
     gradcheck_skip = ("Eq. 20's labels are the plan, detached by definition: a numerical Jacobian moves them, the "
@@ -453,9 +451,12 @@ class TestIntraVideoLoss(OperationTester):
     compiles = True
 
     def attributes(self, module):
-        # the transport settings are the attributes of the module's FlexibleOT, named as the function's keywords
-        transport = TransportSettings(**{f.name: getattr(module.fot, f.name) for f in dataclasses.fields(TransportSettings)})
-        return {"tau": module.tau, "transport": transport}
+        # the transport's keywords are the attributes of the module's FlexibleOT (its grad is moot: the label is
+        # detached)
+        fot = module.fot
+        return {"tau": module.tau, "epsilon": fot.epsilon, "n_iters": fot.n_iters,
+                "dustbin_quantile": fot.dustbin_quantile, "normalize": fot.normalize, "minmax_over": fot.minmax_over,
+                "marginals": fot.marginals, "tol": fot.tol, "method": fot.method}
 
     def inputs(self, dtype):
         return _groups(dtype)
@@ -491,7 +492,7 @@ class TestIntraVideoLossDetails(OperationTester):
     def bad_cases(self):
         sim, query_mask, clip_mask = _groups(torch.float32)
         return [bad("reduction", "reduction must be one of .*; got 'max'", sim, reduction="max"),
-                bad("transport", "transport must be a TransportSettings or None, got dict", sim, transport={})]
+                bad("marginals", "marginals must be one of .*; got 'balanced'", sim, marginals="balanced")]
 
 
 # --- L_base (Holmes App. B.1, Eq. 22-23) and the whole objective (Eq. 21) -------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -321,11 +322,10 @@ def test_base_loss_total_is_weighted_sum_of_terms():
 def test_base_loss_presets_and_validation():
     assert ep.BaseRetrievalLoss.from_preset("release", dataset="activitynet").margin == 0.2
     assert ep.BaseRetrievalLoss.from_preset("release", "cha", margin=0.3).margin == 0.3
-    assert ep.BaseRetrievalLoss.from_preset("paper", "tvr").settings() == \
-        ep.BaseRetrievalLoss.from_preset("release", "tvr").settings()
+    assert repr(ep.BaseRetrievalLoss.from_preset("paper", "tvr")) == repr(ep.BaseRetrievalLoss.from_preset("release", "tvr"))
     with pytest.raises(ValueError, match="dataset"):
         ep.BaseRetrievalLoss.from_preset("release", "msrvtt")
-    assert ep.BaseRetrievalLoss.from_preset("paper").settings() == ep.BaseRetrievalLoss.from_preset("paper", "tvr").settings()
+    assert repr(ep.BaseRetrievalLoss.from_preset("paper")) == repr(ep.BaseRetrievalLoss.from_preset("paper", "tvr"))
     with pytest.raises(TypeError, match="'marginn'"):
         ep.BaseRetrievalLoss.from_preset("release", "tvr", marginn=0.3)
     assert ep.TripletRankingLoss.from_preset("release", "tvr").margin == 0.1
@@ -333,14 +333,20 @@ def test_base_loss_presets_and_validation():
     assert ep.InfoNCELoss.from_preset("release", "cha").video_to_text == "release"
 
 
+def _base_section(**changes):
+    return dataclasses.replace(ep.presets.holmes_settings("release", "tvr").base, **changes)
+
+
 @pytest.mark.parametrize("build, error, match", [
     (lambda: ep.QueryDiversityLoss(delta=2.5), ValueError, "^delta"),
-    (lambda: ep.presets.BaseLossSettings(div_delta=2.5), ValueError, "^div_delta"),
-    (lambda: ep.presets.BaseLossSettings(div_lambda=65.0), ValueError, "^div_lambda"),
+    (lambda: _base_section(div_delta=2.5), ValueError, "^div_delta"),
+    (lambda: _base_section(div_lambda=65.0), ValueError, "^div_lambda"),
     (lambda: ep.BaseRetrievalLoss(div_alpha=0.0), ValueError, "^div_alpha"),
+    (lambda: EF.base_retrieval_loss(torch.eye(2), torch.eye(2), torch.eye(2), torch.arange(2), div_alpha=0.0),
+     ValueError, "^div_alpha"),
     (lambda: ep.TripletRankingLoss(hard_negative_topk=None), TypeError, "^hard_negative_topk"),
-    (lambda: ep.presets.BaseLossSettings(hard_negative_topk=None), TypeError, "^hard_negative_topk"),
-    (lambda: ep.presets.BaseLossSettings(margin=0.0), ValueError, "^margin"),
+    (lambda: _base_section(hard_negative_topk=None), TypeError, "^hard_negative_topk"),
+    (lambda: _base_section(margin=0.0), ValueError, "^margin"),
 ])
 def test_shared_hyperparameter_checks_name_each_callers_parameter(build, error, match):
     """One check serves the functionals, the modules and the settings: each reports its own name, and only the

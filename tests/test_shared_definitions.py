@@ -1,5 +1,5 @@
 """Text that several definitions share, written out in each (no fragment is inserted at import); the
-signatures that repeat a settings dataclass's fields are checked against it in ``tests/test_settings_schema.py``
+signatures that repeat a registry section's fields are checked against it in ``tests/test_module_idiom.py``
 and ``tests/test_static_types.py``."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def test_rendered_docstrings_hold_the_fragments():
 
 
 def test_modules_and_functionals_take_the_same_fields():
-    assert ep.FlexibleOT(epsilon=0.2).settings() == F._flexible_ot.TransportSettings(epsilon=0.2)
-    fot = F.flexible_ot
-    names = [p.name for p in inspect.signature(fot).parameters.values() if p.kind is p.KEYWORD_ONLY]
-    assert set(names) >= {f.name for f in dataclasses.fields(F._flexible_ot.TransportSettings)}
+    fields = {f.name for f in dataclasses.fields(ep.presets.TransportSettings)}
+    module = [p.name for p in inspect.signature(ep.FlexibleOT).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    function = [p.name for p in inspect.signature(F.flexible_ot).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert set(module) >= fields and set(function) >= fields
+    assert ep.FlexibleOT(epsilon=0.2).epsilon == 0.2

@@ -1,5 +1,5 @@
 """What a user's type checker sees: typical user code checks clean with the expected types, mistakes are
-reported, and the signatures written out in the source stay the settings dataclasses' fields."""
+reported, and the keyword arguments written out in the source are the registry sections' fields, by name and type."""
 
 from __future__ import annotations
 
@@ -17,33 +17,35 @@ except ImportError:  # Python 3.10
 import evidential_prvr as ep
 from evidential_prvr import functional as F
 from evidential_prvr import presets
-from evidential_prvr._settings import BaseRetrievalSettings, IdentificationSettings
+from evidential_prvr.presets import BaseLossSettings, InterVideoSettings, IntraVideoSettings, TransportSettings
 
 HERE = Path(__file__).parent / "typing"
 
-def _all(schema):
-    return tuple(f.name for f in dataclasses.fields(schema))
+
+def _all(schema, *but):
+    return tuple(f.name for f in dataclasses.fields(schema) if f.name not in but)
 
 
-BASE_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_weight", "div_alpha", "div_delta",
-               "div_lambda", "video_negative", "nce_video_to_text")
-#: The callables whose keyword parameters repeat a settings dataclass: (callable, schema, fields it takes).
+IDENTIFICATION = ("beta", "tau", "tanh_scaling", "entropy_median", "matched", "fusion")
+WEIGHTS = ("frame_nce_weight", "clip_nce_weight", "div_weight")
+#: The callables whose keyword arguments are a registry section's fields: (callable, section, the fields it takes).
 WRITTEN_OUT = [
-    (F.flexible_ot, presets.TransportSettings, _all(presets.TransportSettings)),
-    (F.identify, IdentificationSettings, _all(IdentificationSettings)),
-    (F.inter_video_loss, presets.InterVideoSettings, _all(presets.InterVideoSettings)),
-    (F.intra_video_loss, presets.IntraVideoSettings, _all(presets.IntraVideoSettings)),
-    (F.base_retrieval_loss, BaseRetrievalSettings, BASE_FIELDS),
-    (ep.FlexibleOT.__init__, presets.TransportSettings, _all(presets.TransportSettings)),
-    (ep.UncertaintyGuidedIdentifier.__init__, IdentificationSettings, _all(IdentificationSettings)),
-    (ep.EvidentialRetrievalLoss.__init__, presets.InterVideoSettings, _all(presets.InterVideoSettings)),
-    (ep.IntraVideoEvidentialLoss.__init__, presets.IntraVideoSettings, _all(presets.IntraVideoSettings)),
-    (ep.BaseRetrievalLoss.__init__, BaseRetrievalSettings, (*BASE_FIELDS, "hard_negative_topk")),
+    (F.flexible_ot, TransportSettings, _all(TransportSettings)),
+    (F.identify, InterVideoSettings, IDENTIFICATION),
+    (F.inter_video_loss, InterVideoSettings, _all(InterVideoSettings)),
+    (F.intra_video_loss, IntraVideoSettings, _all(IntraVideoSettings)),
+    (F.intra_video_loss, TransportSettings, _all(TransportSettings, "grad")),  # the label's transport: detached
+    (F.base_retrieval_loss, BaseLossSettings, _all(BaseLossSettings, "hard_negative_topk")),  # None: random
+    (ep.FlexibleOT.__init__, TransportSettings, _all(TransportSettings)),
+    (ep.UncertaintyGuidedIdentifier.__init__, InterVideoSettings, IDENTIFICATION),
+    (ep.EvidentialRetrievalLoss.__init__, InterVideoSettings, _all(InterVideoSettings)),
+    (ep.IntraVideoEvidentialLoss.__init__, IntraVideoSettings, _all(IntraVideoSettings)),
+    (ep.BaseRetrievalLoss.__init__, BaseLossSettings, _all(BaseLossSettings)),
 ]
 
 
 @pytest.mark.parametrize("fn, schema, names", WRITTEN_OUT, ids=lambda x: getattr(x, "__qualname__", ""))
-def test_written_out_keywords_are_the_schema_fields_with_their_types_and_defaults(fn, schema, names):
+def test_written_out_keywords_are_the_section_fields_with_their_types(fn, schema, names):
     params = inspect.signature(fn).parameters
     fields = {f.name: f for f in dataclasses.fields(schema)}
     for name in names:
@@ -51,8 +53,7 @@ def test_written_out_keywords_are_the_schema_fields_with_their_types_and_default
         p = params[name]
         assert p.kind is p.KEYWORD_ONLY
         assert str(p.annotation) == str(fields[name].type), (fn.__qualname__, name)
-        if (fn.__name__, name) != ("base_retrieval_loss", "hard_negative_topk"):
-            assert p.default == fields[name].default, (fn.__qualname__, name)
+        assert p.default is not p.empty, (fn.__qualname__, name)  # the default is the signature's, not the section's
     assert not any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
@@ -75,23 +76,24 @@ def test_a_loss_and_its_details_share_one_signature_without_overloads(loss, deta
 
 
 OVERRIDES = [
-    (ep.FlexibleOT, presets.TransportSettings, {"validate_args"}),
-    (ep.UncertaintyGuidedIdentifier, IdentificationSettings, {"validate_args", "distributed", "threshold_decay"}),
-    (ep.EvidentialRetrievalLoss, presets.InterVideoSettings, {"reduction", "validate_args", "distributed"}),
-    (ep.IntraVideoEvidentialLoss, presets.IntraVideoSettings, {"fot", "reduction", "validate_args", "distributed"}),
-    (ep.BaseRetrievalLoss, BaseRetrievalSettings, {"use_hard_negatives", "reduction", "validate_args", "distributed"}),
+    (ep.FlexibleOT, _all(TransportSettings), {"validate_args"}),
+    (ep.UncertaintyGuidedIdentifier, IDENTIFICATION, {"validate_args", "distributed", "threshold_decay"}),
+    (ep.EvidentialRetrievalLoss, _all(InterVideoSettings), {"reduction", "validate_args", "distributed"}),
+    (ep.IntraVideoEvidentialLoss, _all(IntraVideoSettings), {"fot", "reduction", "validate_args", "distributed"}),
+    (ep.BaseRetrievalLoss, _all(BaseLossSettings) + WEIGHTS,
+     {"use_hard_negatives", "reduction", "validate_args", "distributed"}),
 ]
 
 
-@pytest.mark.parametrize("cls, schema, extras", OVERRIDES, ids=lambda x: getattr(x, "__name__", ""))
-def test_from_preset_overrides_are_the_constructor_arguments(cls, schema, extras):
+@pytest.mark.parametrize("cls, fields, extras", OVERRIDES, ids=lambda x: getattr(x, "__name__", ""))
+def test_from_preset_overrides_are_the_constructor_arguments(cls, fields, extras):
     """``from_preset`` is typed from the constructor (``cls: _PresetClass[N, D, P, M]``, ``**overrides: P.kwargs``), whose
-    parameters are the schema's fields and the module's options; each of them is accepted as an override."""
+    parameters are the section's fields and the module's options; each of them is accepted as an override."""
     params = inspect.signature(cls.from_preset).parameters
     assert params["overrides"].annotation == "P.kwargs" and params["args"].annotation == "P.args"
     assert inspect.signature(cls.from_preset.__func__).parameters["cls"].annotation == "_PresetClass[N, D, P, M]"
     constructor = inspect.signature(cls).parameters
-    assert set(constructor) == set(_all(schema)) | extras
+    assert set(constructor) == set(fields) | extras
     for name, p in constructor.items():
         if name != "fot":  # a module: FlexibleOT() is not its default, None is
             assert getattr(cls.from_preset("release", "tvr", **{name: p.default}), name) == p.default, name
@@ -136,6 +138,7 @@ def test_user_mistakes_are_reported(mypy_output):
     assert ('Argument 2 to "from_preset" of "PresetModule" has incompatible type "Literal[\'msrvtt\']"; '
             'expected "Literal[\'msr-vtt\', \'msvd\', \'vatex\'] | None"') in out  # DAB's data sets
     assert 'Unexpected keyword argument "contractoin" for "from_preset" of "PresetModule"' in out
+    assert 'Incompatible types in assignment (expression has type "str", variable has type "int")' in out  # n_iters
     revealed = [line for line in out.splitlines() if "Revealed type" in line]
     assert "epsilon: float =, n_iters: int =" in revealed[0] and "*Any" not in revealed[0]
     assert "-> evidential_prvr.functional._flexible_ot.FlexibleOTResult" in revealed[1]
@@ -158,21 +161,17 @@ def test_transposed_scores_are_blamed_before_the_embeddings():
     criterion(frame_sim, clip_sim, query_video, query_emb=torch.randn(15, 8), clip_emb=torch.randn(6, 4, 8))
 
 
-PROPERTY_CLASSES = [(ep.FlexibleOT, presets.TransportSettings),
-                    (ep.UncertaintyGuidedIdentifier, IdentificationSettings),
-                    (ep.EvidentialRetrievalLoss, presets.InterVideoSettings),
-                    (ep.IntraVideoEvidentialLoss, presets.IntraVideoSettings),
-                    (ep.BaseRetrievalLoss, BaseRetrievalSettings)]
-
-
-@pytest.mark.parametrize("cls, schema", PROPERTY_CLASSES, ids=lambda x: getattr(x, "__name__", ""))
-def test_every_schema_field_is_an_attribute_of_the_module(cls, schema):
-    """Each field of a module's settings dataclass is an attribute of the module, holding the settings' value."""
+@pytest.mark.parametrize("cls", [cls for cls, _, _ in OVERRIDES], ids=lambda c: c.__name__)
+def test_every_constructor_argument_is_a_plain_attribute(cls):
+    """torch.nn's idiom: each argument is an attribute holding the value given (no property, no settings object),
+    and assigning one is an ordinary attribute assignment."""
     module = cls()
-    settings = module.settings()
-    assert isinstance(settings, schema)
-    for field in dataclasses.fields(schema):
-        assert getattr(module, field.name) == getattr(settings, field.name), field.name
+    for name, p in inspect.signature(cls).parameters.items():
+        if name in ("fot", "threshold_decay"):  # a submodule, and the decay of the submodule threshold_ema
+            continue
+        assert not isinstance(inspect.getattr_static(cls, name, None), property), name
+        assert getattr(module, name) == p.default, name
+    assert not hasattr(module, "settings") and not hasattr(cls, "from_settings")
 
 
 def test_the_choice_types_are_the_values_the_checks_accept():

@@ -24,7 +24,7 @@ from evidential_prvr._checks import (
     compute_dtype,
     should_validate,
 )
-from evidential_prvr._settings import IdentificationSettings
+from evidential_prvr._settings import check_identification_options
 from evidential_prvr.choices import (
     FUSIONS,
     EntropyMedian,
@@ -392,16 +392,17 @@ def identify(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 10-14.
     """
-    settings = IdentificationSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                      matched=matched, fusion=fusion)
+    check_identification_options(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                 matched=matched, fusion=fusion)
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     with torch.no_grad():
         f = frame_sim.detach().to(dtype)
         c = clip_sim.detach().to(dtype)
-        alpha_f = _evidence(f, settings.tau, settings.tanh_scaling) + 1.0
-        alpha_c = _evidence(c, settings.tau, settings.tanh_scaling) + 1.0
-        return _identify(alpha_f, alpha_c, f, c, mask, settings, running_thresholds)
+        alpha_f = _evidence(f, tau, tanh_scaling) + 1.0
+        alpha_c = _evidence(c, tau, tanh_scaling) + 1.0
+        return _identify(alpha_f, alpha_c, f, c, mask, beta=beta, entropy_median=entropy_median, matched=matched,
+                         fusion=fusion, running=running_thresholds)
 
 
 def _numpy_median(values: torch.Tensor, member: torch.Tensor) -> torch.Tensor:
@@ -450,18 +451,16 @@ def _branch_rule(
 
 
 def _identify_branch(
-    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, settings: IdentificationSettings,
-    running: RunningThresholds | None = None,
+    alpha: torch.Tensor, sim: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, *, beta: float,
+    entropy_median: EntropyMedian, matched: MatchRule, running: RunningThresholds | None = None,
 ) -> BranchIdentification:
     """Holmes Eq. 10-12 for one branch on validated, detached tensors of one dtype."""
-    beta = settings.beta
     u = _opinion(alpha).uncertainty
     c = _label_consistency(sim, label)
     xi = _expected_entropy(alpha)
-    matched = correctly_matched(sim, mask, settings.matched)
-    query_type, initial, beta_u, beta_p, median = _branch_rule(u, c, xi, matched, beta, settings.entropy_median,
-                                                               running)
-    return BranchIdentification(query_type, initial, u, c, xi, matched, beta_u, beta_p, median)
+    correct = correctly_matched(sim, mask, matched)
+    query_type, initial, beta_u, beta_p, median = _branch_rule(u, c, xi, correct, beta, entropy_median, running)
+    return BranchIdentification(query_type, initial, u, c, xi, correct, beta_u, beta_p, median)
 
 
 def _identify(
@@ -470,16 +469,22 @@ def _identify(
     frame_sim: torch.Tensor,
     clip_sim: torch.Tensor,
     mask: torch.Tensor,
-    settings: IdentificationSettings,
+    *,
+    beta: float,
+    entropy_median: EntropyMedian,
+    matched: MatchRule,
+    fusion: Fusion,
     running: BranchPair | None = None,
 ) -> Identification:
-    """Identification from already computed Dirichlet parameters (no validation; inputs detached here);
-    ``running``: the frame and clip branches' smoothed thresholds (:func:`ema_thresholds`)."""
+    """Identification from already computed Dirichlet parameters with checked hyperparameters (no validation;
+    inputs detached here); ``running``: the frame and clip branches' smoothed thresholds (:func:`ema_thresholds`)."""
     frame_running, clip_running = (None, None) if running is None else running
     with torch.no_grad():
         label = normalized_target(mask, frame_alpha.dtype)
-        frame = _identify_branch(frame_alpha.detach(), frame_sim.detach(), mask, label, settings, frame_running)
-        clip = _identify_branch(clip_alpha.detach(), clip_sim.detach(), mask, label, settings, clip_running)
-        fused = fuse_query_types(frame.query_type, clip.query_type, settings.fusion)
-        initial = fuse_query_types(frame.initial_query_type, clip.initial_query_type, settings.fusion)
+        frame = _identify_branch(frame_alpha.detach(), frame_sim.detach(), mask, label, beta=beta,
+                                 entropy_median=entropy_median, matched=matched, running=frame_running)
+        clip = _identify_branch(clip_alpha.detach(), clip_sim.detach(), mask, label, beta=beta,
+                                entropy_median=entropy_median, matched=matched, running=clip_running)
+        fused = fuse_query_types(frame.query_type, clip.query_type, fusion)
+        initial = fuse_query_types(frame.initial_query_type, clip.initial_query_type, fusion)
     return Identification(fused, initial, frame, clip)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from evidential_prvr._checks import check_choice, check_in_range, check_tensor, compute_dtype, should_validate
-from evidential_prvr._settings import InterVideoSettings
+from evidential_prvr._settings import check_calibration_options, check_identification_options
 from evidential_prvr.choices import (
     REDUCTIONS,
     CalibrationSet,
@@ -185,6 +185,7 @@ def inter_video_loss(
     terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
+    running_thresholds: BranchPair | None = None,
 ) -> torch.Tensor:
     """Inter-video evidential loss with uncertainty-guided label calibration (Holmes Eq. 15-18).
 
@@ -220,6 +221,10 @@ def inter_video_loss(
         Reduction of the per-query loss over the batch (``"none"``: ``[Q]``).
     validate_args : bool, optional
         Check values (finite scores, valid positives); host synchronisations.
+    running_thresholds : tuple, optional
+        The frame and the clip branch's thresholds smoothed across batches
+        (:func:`~evidential_prvr.functional.ema_thresholds`; how :class:`~evidential_prvr.HolmesCriterion`'s
+        ``threshold_decay`` reaches the identification); ``None``: the in-batch thresholds of Eq. 11.
 
     Returns
     -------
@@ -241,11 +246,11 @@ def inter_video_loss(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
-    settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                  matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
-                                  calibration_set=calibration_set, terms=terms)
-    return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings, calibrate=settings.calibrate,
-                             reduction=reduction, validate_args=validate_args, identify=False, running=None).loss
+    return _inter_video_loss(frame_sim, clip_sim, query_video, beta=beta, tau=tau, tanh_scaling=tanh_scaling,
+                             entropy_median=entropy_median, matched=matched, fusion=fusion, gamma=gamma,
+                             calibrate=calibrate, calibration_set=calibration_set, terms=terms, reduction=reduction,
+                             validate_args=validate_args, running_thresholds=running_thresholds,
+                             identify_always=False).loss
 
 
 def inter_video_loss_details(
@@ -265,6 +270,7 @@ def inter_video_loss_details(
     terms: tuple[InterTerm, ...] = ("frame", "clip", "fused"),
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
+    running_thresholds: BranchPair | None = None,
 ) -> InterVideoLossDetails:
     """Every term that :func:`inter_video_loss` computes, and its ``loss`` (Holmes Eq. 15-18).
 
@@ -276,7 +282,7 @@ def inter_video_loss_details(
         The scores and positives, as :func:`inter_video_loss` takes them.
     beta, tau, tanh_scaling, entropy_median, matched, fusion, gamma, calibrate, calibration_set, terms
         The settings of :func:`inter_video_loss`.
-    reduction, validate_args
+    reduction, validate_args, running_thresholds
         As in :func:`inter_video_loss` (``reduction`` applies to every term).
 
     Returns
@@ -298,11 +304,11 @@ def inter_video_loss_details(
     ----------
     Holmes (ICML 2026), §3.2, Eq. 15-18.
     """
-    settings = InterVideoSettings(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
-                                  matched=matched, fusion=fusion, gamma=gamma, calibrate=calibrate,
-                                  calibration_set=calibration_set, terms=terms)
-    return _inter_video_loss(frame_sim, clip_sim, query_video, settings=settings, calibrate=settings.calibrate,
-                             reduction=reduction, validate_args=validate_args, identify=True, running=None)
+    return _inter_video_loss(frame_sim, clip_sim, query_video, beta=beta, tau=tau, tanh_scaling=tanh_scaling,
+                             entropy_median=entropy_median, matched=matched, fusion=fusion, gamma=gamma,
+                             calibrate=calibrate, calibration_set=calibration_set, terms=terms, reduction=reduction,
+                             validate_args=validate_args, running_thresholds=running_thresholds,
+                             identify_always=True)
 
 
 def _inter_video_loss(
@@ -310,47 +316,54 @@ def _inter_video_loss(
     clip_sim: torch.Tensor,
     query_video: torch.Tensor,
     *,
-    settings: InterVideoSettings,
+    beta: float,
+    tau: float,
+    tanh_scaling: TanhScaling,
+    entropy_median: EntropyMedian,
+    matched: MatchRule,
+    fusion: Fusion,
+    gamma: float,
     calibrate: bool,
+    calibration_set: CalibrationSet,
+    terms: tuple[InterTerm, ...],
     reduction: Reduction,
     validate_args: bool | None,
-    identify: bool,
-    running: BranchPair | None,
+    running_thresholds: BranchPair | None,
+    identify_always: bool,
 ) -> InterVideoLossDetails:
-    """L_inter (Holmes Eq. 15-18) with checked ``settings``: what :func:`inter_video_loss`,
-    :func:`inter_video_loss_details` and :class:`~evidential_prvr.EvidentialRetrievalLoss` compute.
+    """L_inter (Holmes Eq. 15-18): the one body of :func:`inter_video_loss` and :func:`inter_video_loss_details`.
 
-    Checks ``reduction`` and the tensors. ``calibrate`` is this call's stage (``settings.calibrate``, or the
-    warm-up of :class:`~evidential_prvr.HolmesCriterion`); ``identify``: run the identification without
-    calibration too (otherwise ``identification`` is ``None`` then); ``running``: the frame and clip
-    branches' thresholds smoothed across batches (:func:`~evidential_prvr.functional.ema_thresholds`),
-    ``None``: the in-batch rule of Eq. 11.
+    Checks the hyperparameters and the tensors. ``identify_always``: run the identification without calibration
+    too (the details hold it); otherwise ``identification`` is ``None`` when ``calibrate`` is false.
     """
+    check_identification_options(beta=beta, tau=tau, tanh_scaling=tanh_scaling, entropy_median=entropy_median,
+                                 matched=matched, fusion=fusion)
+    terms = check_calibration_options(gamma=gamma, calibrate=calibrate, calibration_set=calibration_set, terms=terms)
     check_choice(reduction, "reduction", REDUCTIONS)
     mask = check_score_pair(frame_sim, clip_sim, query_video, should_validate(validate_args))
     dtype = torch.promote_types(compute_dtype(frame_sim), compute_dtype(clip_sim))
     s_f = frame_sim.to(dtype)
     s_c = clip_sim.to(dtype)
-    alpha_f = _evidence(s_f, settings.tau, settings.tanh_scaling) + 1.0  # Eq. 3-4
-    alpha_c = _evidence(s_c, settings.tau, settings.tanh_scaling) + 1.0
+    alpha_f = _evidence(s_f, tau, tanh_scaling) + 1.0  # Eq. 3-4
+    alpha_c = _evidence(s_c, tau, tanh_scaling) + 1.0
     alpha_o = _ds_combine(alpha_f, alpha_c)  # Eq. 16
     label = normalized_target(mask, dtype)
 
     identification = None
-    if calibrate or identify:
-        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, settings, running)  # Eq. 10-14
-    if calibrate and settings.gamma > 0.0:
+    if calibrate or identify_always:  # Eq. 10-14
+        identification = _identify(alpha_f, alpha_c, s_f, s_c, mask, beta=beta, entropy_median=entropy_median,
+                                   matched=matched, fusion=fusion, running=running_thresholds)
+    if calibrate and gamma > 0.0:
         assert identification is not None
-        types = (identification.query_type if settings.calibration_set == "refined"
-                 else identification.initial_query_type)
-        target = _calibrated_target(s_f, s_c, label, types, settings.gamma)  # Eq. 15
+        types = identification.query_type if calibration_set == "refined" else identification.initial_query_type
+        target = _calibrated_target(s_f, s_c, label, types, gamma)  # Eq. 15
     else:
         target = label
 
     rows = {"frame": _dirichlet_mse(alpha_f, target), "clip": _dirichlet_mse(alpha_c, target),  # Eq. 17
             "fused": _dirichlet_mse(alpha_o, target)}
-    total = rows[settings.terms[0]]
-    for term in settings.terms[1:]:
+    total = rows[terms[0]]
+    for term in terms[1:]:
         total = total + rows[term]  # Eq. 18
     return InterVideoLossDetails(
         loss=reduce_rows(total, reduction),

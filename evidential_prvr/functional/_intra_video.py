@@ -14,11 +14,15 @@ from dataclasses import dataclass
 import torch
 
 from evidential_prvr._checks import check_choice, compute_dtype, should_validate
-from evidential_prvr._settings import IntraVideoSettings, TransportSettings
+from evidential_prvr._settings import TransportSettings, check_intra_options
 from evidential_prvr.choices import (
     REDUCTIONS,
+    FOTMarginals,
+    FOTNormalization,
     IntraAssignment,
+    MinmaxScope,
     Reduction,
+    SinkhornMethod,
     TanhScaling,
 )
 from evidential_prvr.functional._dirichlet_loss import _dirichlet_mse
@@ -30,7 +34,7 @@ from evidential_prvr.functional._flexible_ot import (
     prepare_fot_inputs,
 )
 
-__all__ = ["IntraVideoSettings", "IntraVideoLossDetails", "intra_video_loss", "intra_video_loss_details"]
+__all__ = ["IntraVideoLossDetails", "intra_video_loss", "intra_video_loss_details"]
 
 
 @dataclass
@@ -81,7 +85,14 @@ def intra_video_loss(
     tau: float = 0.06,
     tanh_scaling: TanhScaling = "outside",
     assignment: IntraAssignment = "fot",
-    transport: TransportSettings | None = None,
+    epsilon: float = 0.1,
+    n_iters: int = 50,
+    dustbin_quantile: float | None = 0.3,
+    normalize: FOTNormalization = "minmax",
+    minmax_over: MinmaxScope = "block",
+    marginals: FOTMarginals = "release",
+    tol: float | None = None,
+    method: SinkhornMethod = "auto",
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> torch.Tensor:
@@ -118,10 +129,11 @@ def intra_video_loss(
         dustbin (Table 3 row 12); ``"softmax"``: :math:`\\mathrm{softmax}_j(\\bar s_{ij}/\\varepsilon)`
         over the valid clips with the transport's :math:`\\varepsilon` (Table 3 row 11; the paper does
         not give its temperature).
-    transport : TransportSettings, optional
-        The settings of the transport that makes the label (:func:`flexible_ot`, whose keyword arguments
-        they are; ``None``: ``TransportSettings()``, the release's). Their ``grad`` is ignored: the plan is
-        always a stop-gradient label.
+    epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, method
+        The transport that makes the label: the keyword arguments of :func:`flexible_ot` (the release's by
+        default). Its plan is always a stop-gradient label (there is no ``grad``); ``"ot"`` and ``"softmax"``
+        ignore ``dustbin_quantile``, ``"fot"`` needs one. ``normalize`` also decides which similarities
+        feed the evidence.
     reduction : {"mean", "sum", "none"}
         ``"mean"``: over the videos with a valid query; ``"sum"``: their sum; ``"none"``: ``[B]``
         per video (0 for a video without a valid query).
@@ -143,17 +155,17 @@ def intra_video_loss(
     >>> loss.backward()
     >>> bool(sim.grad.abs().sum() > 0)
     True
-    >>> from evidential_prvr.presets import TransportSettings
-    >>> float(intra_video_loss(sim, tau=0.06, transport=TransportSettings(epsilon=0.05))) > 0
+    >>> float(intra_video_loss(sim, tau=0.06, epsilon=0.05)) > 0  # a sharper transport label
     True
 
     References
     ----------
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
-    settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
-    return _intra_video_loss(sim, query_mask, clip_mask, settings=settings, transport=_transport(transport),
-                             reduction=reduction, validate_args=validate_args).loss
+    return _intra_video_loss(sim, query_mask, clip_mask, tau=tau, tanh_scaling=tanh_scaling, assignment=assignment,
+                             epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile, normalize=normalize,
+                             minmax_over=minmax_over, marginals=marginals, tol=tol, method=method, reduction=reduction,
+                             validate_args=validate_args).loss
 
 
 def intra_video_loss_details(
@@ -164,7 +176,14 @@ def intra_video_loss_details(
     tau: float = 0.06,
     tanh_scaling: TanhScaling = "outside",
     assignment: IntraAssignment = "fot",
-    transport: TransportSettings | None = None,
+    epsilon: float = 0.1,
+    n_iters: int = 50,
+    dustbin_quantile: float | None = 0.3,
+    normalize: FOTNormalization = "minmax",
+    minmax_over: MinmaxScope = "block",
+    marginals: FOTMarginals = "release",
+    tol: float | None = None,
+    method: SinkhornMethod = "auto",
     reduction: Reduction = "mean",
     validate_args: bool | None = None,
 ) -> IntraVideoLossDetails:
@@ -174,8 +193,10 @@ def intra_video_loss_details(
     ----------
     sim, query_mask, clip_mask
         The similarities and masks, as :func:`intra_video_loss` takes them.
-    tau, tanh_scaling, assignment, transport
-        The settings of :func:`intra_video_loss`.
+    tau, tanh_scaling, assignment
+        The evidence settings of :func:`intra_video_loss`.
+    epsilon, n_iters, dustbin_quantile, normalize, minmax_over, marginals, tol, method
+        Its transport.
     reduction, validate_args
         As in :func:`intra_video_loss` (``reduction`` applies to ``loss``).
 
@@ -197,18 +218,10 @@ def intra_video_loss_details(
     ----------
     Holmes (ICML 2026), §3.3 and Table 3 (rows 10-12).
     """
-    settings = IntraVideoSettings(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
-    return _intra_video_loss(sim, query_mask, clip_mask, settings=settings, transport=_transport(transport),
-                             reduction=reduction, validate_args=validate_args)
-
-
-def _transport(transport: object) -> TransportSettings:
-    """The ``transport`` argument of :func:`intra_video_loss`, checked (``None``: the release's)."""
-    if transport is None:
-        return TransportSettings()
-    if not isinstance(transport, TransportSettings):
-        raise TypeError(f"transport must be a TransportSettings or None, got {type(transport).__name__}")
-    return transport
+    return _intra_video_loss(sim, query_mask, clip_mask, tau=tau, tanh_scaling=tanh_scaling, assignment=assignment,
+                             epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile, normalize=normalize,
+                             minmax_over=minmax_over, marginals=marginals, tol=tol, method=method, reduction=reduction,
+                             validate_args=validate_args)
 
 
 def _intra_video_loss(
@@ -216,27 +229,37 @@ def _intra_video_loss(
     query_mask: torch.Tensor | None,
     clip_mask: torch.Tensor | None,
     *,
-    settings: IntraVideoSettings,
-    transport: TransportSettings,
+    tau: float,
+    tanh_scaling: TanhScaling,
+    assignment: IntraAssignment,
+    epsilon: float,
+    n_iters: int,
+    dustbin_quantile: float | None,
+    normalize: FOTNormalization,
+    minmax_over: MinmaxScope,
+    marginals: FOTMarginals,
+    tol: float | None,
+    method: SinkhornMethod,
     reduction: Reduction,
     validate_args: bool | None,
 ) -> IntraVideoLossDetails:
-    """L_intra (Holmes §3.3) with checked ``settings`` and ``transport``: what :func:`intra_video_loss`,
-    :func:`intra_video_loss_details` and :class:`~evidential_prvr.IntraVideoEvidentialLoss` compute.
+    """L_intra (Holmes §3.3): the one body of :func:`intra_video_loss` and :func:`intra_video_loss_details`.
 
-    Checks ``reduction`` and the tensors. The plan is always a stop-gradient label, whatever
-    ``transport.grad`` says; ``"ot"`` and ``"softmax"`` ignore the dustbin.
+    Checks the hyperparameters and the tensors. The plan is always a stop-gradient label; ``"ot"`` and
+    ``"softmax"`` ignore the dustbin.
     """
+    check_intra_options(tau=tau, tanh_scaling=tanh_scaling, assignment=assignment)
+    transport = TransportSettings(epsilon=epsilon, n_iters=n_iters, dustbin_quantile=dustbin_quantile,
+                                  normalize=normalize, minmax_over=minmax_over, marginals=marginals, grad="detach",
+                                  tol=tol, method=method)  # checks the transport's values
     check_choice(reduction, "reduction", REDUCTIONS)
-    if settings.assignment == "fot" and transport.dustbin_quantile is None:
+    if assignment == "fot" and dustbin_quantile is None:
         raise ValueError("assignment='fot' needs a dustbin: dustbin_quantile must be a number in (0, 1), got None")
-    if transport.grad != "detach" or (settings.assignment != "fot" and transport.dustbin_quantile is not None):
-        transport = dataclasses.replace(transport, grad="detach",
-                                        dustbin_quantile=transport.dustbin_quantile if settings.assignment == "fot"
-                                        else None)
+    if assignment != "fot":
+        transport = dataclasses.replace(transport, dustbin_quantile=None)
     validate = should_validate(validate_args)
     qmask, cmask, valid, dense = prepare_fot_inputs(sim, query_mask, clip_mask, transport, validate)
-    if settings.assignment == "softmax":
+    if assignment == "softmax":
         plan = None
         similarity = fot_similarity(sim.to(compute_dtype(sim)), valid, transport, dense, sim.dtype)
         logits = (similarity.detach() / transport.epsilon).masked_fill(~cmask.unsqueeze(1), float("-inf"))
@@ -246,7 +269,7 @@ def _intra_video_loss(
         similarity = plan.similarity  # keeps its gradient
         target = plan.assignment.detach()  # Eq. 20
 
-    alpha = _evidence(similarity, settings.tau, settings.tanh_scaling) + 1.0  # Eq. 3-4
+    alpha = _evidence(similarity, tau, tanh_scaling) + 1.0  # Eq. 3-4
     alpha = torch.where(valid, alpha, torch.zeros_like(alpha))
     # a padded query row has alpha = 0 everywhere; give it a harmless dummy row and mask it out
     safe_alpha = torch.where(qmask.unsqueeze(2), alpha, torch.ones_like(alpha))

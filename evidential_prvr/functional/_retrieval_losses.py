@@ -13,7 +13,6 @@ contributions is exactly the loss.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +28,12 @@ from evidential_prvr._checks import (
     should_validate,
 )
 from evidential_prvr._numerics import normalize_rows
-from evidential_prvr._settings import BaseRetrievalSettings, check_diversity_settings, check_triplet_settings
+from evidential_prvr._settings import (
+    check_base_options,
+    check_diversity_options,
+    check_loss_weights,
+    check_triplet_options,
+)
 from evidential_prvr.choices import (
     NCE_VIDEO_TO_TEXT,
     REDUCTIONS,
@@ -177,7 +181,7 @@ def triplet_ranking_loss(
     """
     validate = should_validate(validate_args)
     own = _check_sim(sim, query_video, "sim", validate)
-    check_triplet_settings(margin, hard_negative_topk, video_negative, random_negatives=True)
+    check_triplet_options(margin, hard_negative_topk, video_negative, random_negatives=True)
     check_choice(reduction, "reduction", REDUCTIONS)
     return reduce_rows(_triplet_rows(sim, own, margin, hard_negative_topk, generator, video_negative), reduction)
 
@@ -373,7 +377,7 @@ def query_diversity_loss(
     validate = should_validate(validate_args)
     if validate:
         check_finite(query_emb, "query_emb")
-    check_diversity_settings(alpha, delta, lam)
+    check_diversity_options(alpha, delta, lam)
     check_choice(reduction, "reduction", REDUCTIONS)
     if query_video.dim() == 1:
         if query_video.is_floating_point() or query_video.dtype == torch.bool or query_video.is_complex():
@@ -436,12 +440,6 @@ class BaseRetrievalLossDetails:
     frame_nce: torch.Tensor
     clip_nce: torch.Tensor
     diversity: torch.Tensor
-
-
-BASE_RETRIEVAL_FIELDS = ("margin", "frame_nce_weight", "clip_nce_weight", "div_weight", "div_alpha", "div_delta",
-                         "div_lambda", "video_negative", "nce_video_to_text")
-"""The :class:`BaseRetrievalSettings` fields :func:`base_retrieval_loss` takes, in its signature's order
-(``hard_negative_topk`` is its own argument there: ``None`` means random negatives)."""
 
 
 def base_retrieval_loss(
@@ -524,16 +522,13 @@ def base_retrieval_loss(
     ----------
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
-    settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight, clip_nce_weight=clip_nce_weight,
-                                     div_weight=div_weight, div_alpha=div_alpha, div_delta=div_delta,
-                                     div_lambda=div_lambda, video_negative=video_negative,
-                                     nce_video_to_text=nce_video_to_text)
-    if hard_negative_topk is not None:
-        settings = dataclasses.replace(settings, hard_negative_topk=hard_negative_topk)
-    return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings=settings,
-                                hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
-                                clip_logits=clip_logits, generator=generator, reduction=reduction,
-                                validate_args=validate_args, diversity=None).loss
+    return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, frame_logits=frame_logits,
+                                clip_logits=clip_logits, margin=margin, frame_nce_weight=frame_nce_weight,
+                                clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
+                                div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
+                                nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk,
+                                generator=generator, reduction=reduction, validate_args=validate_args,
+                                diversity=None).loss
 
 
 def base_retrieval_loss_details(
@@ -591,16 +586,13 @@ def base_retrieval_loss_details(
     ----------
     Holmes (ICML 2026), App. B.1, Eq. 22-23.
     """
-    settings = BaseRetrievalSettings(margin=margin, frame_nce_weight=frame_nce_weight, clip_nce_weight=clip_nce_weight,
-                                     div_weight=div_weight, div_alpha=div_alpha, div_delta=div_delta,
-                                     div_lambda=div_lambda, video_negative=video_negative,
-                                     nce_video_to_text=nce_video_to_text)
-    if hard_negative_topk is not None:
-        settings = dataclasses.replace(settings, hard_negative_topk=hard_negative_topk)
-    return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, settings=settings,
-                                hard_negatives=hard_negative_topk is not None, frame_logits=frame_logits,
-                                clip_logits=clip_logits, generator=generator, reduction=reduction,
-                                validate_args=validate_args, diversity=None)
+    return _base_retrieval_loss(frame_sim, clip_sim, query_emb, query_video, frame_logits=frame_logits,
+                                clip_logits=clip_logits, margin=margin, frame_nce_weight=frame_nce_weight,
+                                clip_nce_weight=clip_nce_weight, div_weight=div_weight, div_alpha=div_alpha,
+                                div_delta=div_delta, div_lambda=div_lambda, video_negative=video_negative,
+                                nce_video_to_text=nce_video_to_text, hard_negative_topk=hard_negative_topk,
+                                generator=generator, reduction=reduction, validate_args=validate_args,
+                                diversity=None)
 
 
 def _base_retrieval_loss(
@@ -609,23 +601,34 @@ def _base_retrieval_loss(
     query_emb: torch.Tensor,
     query_video: torch.Tensor,
     *,
-    settings: BaseRetrievalSettings,
-    hard_negatives: bool,
     frame_logits: torch.Tensor | None,
     clip_logits: torch.Tensor | None,
+    margin: float,
+    frame_nce_weight: float,
+    clip_nce_weight: float,
+    div_weight: float,
+    div_alpha: float,
+    div_delta: float,
+    div_lambda: float,
+    video_negative: VideoNegative,
+    nce_video_to_text: NCEVideoToText,
+    hard_negative_topk: int | None,
     generator: torch.Generator | None,
     reduction: Reduction,
     validate_args: bool | None,
     diversity: torch.Tensor | None,
 ) -> BaseRetrievalLossDetails:
-    """L_base (Holmes Eq. 22 + Eq. 23) with checked ``settings``: what :func:`base_retrieval_loss`,
-    :func:`base_retrieval_loss_details` and :class:`~evidential_prvr.BaseRetrievalLoss` compute.
+    """L_base (Holmes Eq. 22 + Eq. 23): the one body of :func:`base_retrieval_loss`,
+    :func:`base_retrieval_loss_details` and :meth:`BaseRetrievalLoss.details <evidential_prvr.BaseRetrievalLoss.details>`.
 
-    Checks the tensors and ``reduction``. ``hard_negatives`` draws the triplet negatives from the
-    ``settings.hard_negative_topk`` hardest (otherwise uniformly). ``diversity``, when given, holds the
-    per-query L_div contributions ``[Q]`` computed elsewhere (the distributed path computes them on each
-    rank's own queries) and ``query_emb`` is not used.
+    Checks the hyperparameters, the tensors and ``reduction``. ``hard_negative_topk=None`` draws the triplet
+    negatives uniformly. ``diversity``, when given, holds the per-query L_div contributions ``[Q]`` computed
+    elsewhere (the distributed path computes them on each rank's own queries) and ``query_emb`` is not used.
     """
+    check_base_options(margin=margin, hard_negative_topk=hard_negative_topk, video_negative=video_negative,
+                       nce_video_to_text=nce_video_to_text, div_alpha=div_alpha, div_delta=div_delta,
+                       div_lambda=div_lambda, random_negatives=True)
+    check_loss_weights(frame_nce_weight=frame_nce_weight, clip_nce_weight=clip_nce_weight, div_weight=div_weight)
     validate = should_validate(validate_args)
     own = _check_sim(frame_sim, query_video, "frame_sim", validate)
     check_tensor(clip_sim, "clip_sim", ndim=2, floating=True)
@@ -653,22 +656,20 @@ def _base_retrieval_loss(
         raise ValueError(f"diversity must have shape [{frame_sim.shape[0]}] (one term per query of frame_sim), "
                          f"got {tuple(diversity.shape)}")
     check_choice(reduction, "reduction", REDUCTIONS)
-    s = settings
-    hard_negative_topk = s.hard_negative_topk if hard_negatives else None
-    if s.nce_video_to_text == "paper" and query_video.dim() != 1:
+    if nce_video_to_text == "paper" and query_video.dim() != 1:
         raise ValueError("nce_video_to_text='paper' needs one positive per query: query_video must be indices [Q]")
 
     if diversity is None:  # Eq. 23 over the queries that share a video
         same_video = (own.to(torch.float32) @ own.to(torch.float32).t()) > 0
-        diversity = _diversity_rows(query_emb, same_video, s.div_alpha, s.div_delta, s.div_lambda)
+        diversity = _diversity_rows(query_emb, same_video, div_alpha, div_delta, div_lambda)
     rows = {
-        "frame_triplet": _triplet_rows(frame_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
-        "clip_triplet": _triplet_rows(clip_sim, own, s.margin, hard_negative_topk, generator, s.video_negative),
-        "frame_nce": _info_nce_rows(frame_logits, own, s.nce_video_to_text),
-        "clip_nce": _info_nce_rows(clip_logits, own, s.nce_video_to_text),
+        "frame_triplet": _triplet_rows(frame_sim, own, margin, hard_negative_topk, generator, video_negative),
+        "clip_triplet": _triplet_rows(clip_sim, own, margin, hard_negative_topk, generator, video_negative),
+        "frame_nce": _info_nce_rows(frame_logits, own, nce_video_to_text),
+        "clip_nce": _info_nce_rows(clip_logits, own, nce_video_to_text),
         "diversity": diversity,
     }
-    total = (rows["frame_triplet"] + rows["clip_triplet"] + s.frame_nce_weight * rows["frame_nce"]  # Eq. 22
-             + s.clip_nce_weight * rows["clip_nce"] + s.div_weight * rows["diversity"])
+    total = (rows["frame_triplet"] + rows["clip_triplet"] + frame_nce_weight * rows["frame_nce"]  # Eq. 22
+             + clip_nce_weight * rows["clip_nce"] + div_weight * rows["diversity"])
     return BaseRetrievalLossDetails(reduce_rows(total, reduction),
                                     **{name: reduce_rows(r, reduction) for name, r in rows.items()})

@@ -24,16 +24,14 @@ from evidential_prvr._checks import check_positive, check_positive_int, check_te
 from evidential_prvr._module_bases import PresetModule
 from evidential_prvr.choices import HUDDatasetName, HUDPreset
 from evidential_prvr.functional._gaussian import DiagonalGaussian
-from evidential_prvr.functional._hud import max_token_similarity
+from evidential_prvr.functional._hud import (
+    batch_classification_loss,
+    holistic_atomistic_consistency_loss,
+    max_token_similarity,
+)
 from evidential_prvr.presets import hud_settings
 from evidential_prvr.probabilistic import _input_checks
-from evidential_prvr.probabilistic._hud import (
-    BatchClassificationLoss,
-    BiasedMaxSimilarity,
-    ComposeByWeights,
-    HolisticAtomisticConsistencyLoss,
-    ProbabilisticTextEmbedding,
-)
+from evidential_prvr.probabilistic._hud import BiasedMaxSimilarity, ComposeByWeights, ProbabilisticTextEmbedding
 
 
 class QueryTokenAttention(nn.Module):
@@ -424,8 +422,9 @@ class HUDObjective(PresetModule):
        :math:`F_c^A = \\operatorname{Proj}([\\cdot, \\cdot])`, ``[B, 2T, D_H]``;
     6. targets (§3.4): :math:`F_t^H` = ``video_projection`` of the masked mean of the target tokens,
        :math:`F_t^A` = ``video_projection`` of each target token; all tokens are L2-normalised;
-    7. :class:`BiasedMaxSimilarity` at both levels (Eq. 10-11), :class:`BatchClassificationLoss` (Eq. 12) and
-       :class:`HolisticAtomisticConsistencyLoss` (Eq. 13-14), total = Eq. 15.
+    7. :class:`BiasedMaxSimilarity` at both levels (Eq. 10-11), :func:`~evidential_prvr.functional.batch_classification_loss`
+       (Eq. 12) and :func:`~evidential_prvr.functional.holistic_atomistic_consistency_loss` (Eq. 13-14) with
+       ``tau``, total = Eq. 15.
 
     Choices HUD leaves open: cosine similarities (normalised tokens, as BLIP-2); one composition module shared by
     the original and the sampled tokens ("an identical composition operation"); the same ``video_projection``
@@ -520,8 +519,6 @@ class HUDObjective(PresetModule):
         atomistic_tokens = num_reference_tokens * (2 if switches.atomistic_detail else 1)
         self.holistic_similarity = BiasedMaxSimilarity(holistic_tokens, validate_args=validate_args)
         self.atomistic_similarity = BiasedMaxSimilarity(atomistic_tokens, validate_args=validate_args)
-        self.rank_loss = BatchClassificationLoss(tau)
-        self.consistency_loss = HolisticAtomisticConsistencyLoss(tau)
 
     @classmethod
     def _preset_arguments(cls, preset: HUDPreset, dataset: HUDDatasetName | None) -> dict[str, Any]:
@@ -693,12 +690,14 @@ class HUDObjective(PresetModule):
         rank = consistency = zero
         if on.rank_loss:
             # A removed level contributes nothing to the logits of Eq. 12 (D#3, D#6).
-            rank = self.rank_loss(
+            rank = batch_classification_loss(
                 holistic if holistic is not None else torch.zeros_like(atomistic),  # type: ignore[arg-type]
                 atomistic if atomistic is not None else torch.zeros_like(holistic),  # type: ignore[arg-type]
+                tau=self.tau,
             )
         if on.uses_consistency:
-            consistency = self.consistency_loss(holistic, atomistic)
+            assert holistic is not None and atomistic is not None  # Eq. 14 needs both levels
+            consistency = holistic_atomistic_consistency_loss(holistic, atomistic, tau=self.tau)
         total = (rank if on.rank_loss else zero) + (self.kappa * consistency if on.uses_consistency else zero)
         return HUDObjectiveOutput(total=total, rank=rank, consistency=consistency, holistic_similarity=holistic,
                                   atomistic_similarity=atomistic, query=query, targets=targets)

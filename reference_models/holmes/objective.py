@@ -20,8 +20,9 @@ criterion's parts:
 When the model encodes the queries a second time (``ModelOutput.query_aux``, the release's behaviour), that
 encoding feeds L_div and L_intra; the first one gives the scores of the triplet, InfoNCE and L_inter terms.
 
-Everything comes from the library's public API: each part is the library module's ``from_settings`` of the
-config's section; this module applies only the ablation switches.
+Everything comes from the library's public API: each part is the library module built with the config's section
+as its keyword arguments (the registry's sections are the modules' keyword arguments by name); this module applies
+only the ablation switches.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from evidential_prvr import (
     IntraVideoEvidentialLoss,
     UncertaintyGuidedIdentifier,
 )
-from evidential_prvr.presets import BaseRetrievalSettings
 from reference_models.holmes.config import HolmesConfig
 from reference_models.holmes.dab_variant import DABObjective
 from reference_models.holmes.stability import ThresholdStability
@@ -87,8 +87,8 @@ class ObjectiveTerms:
 
 def _inter_loss(config: HolmesConfig, distributed: bool = False, **changes: Any) -> EvidentialRetrievalLoss:
     """L_inter of ``config``'s ``inter`` section with the ablation's fusion rule and ``changes``."""
-    settings = dataclasses.replace(config.inter, fusion=config.ablation.fusion, **changes)
-    return EvidentialRetrievalLoss.from_settings(settings, distributed=distributed)
+    inter = {**dataclasses.asdict(config.inter), "fusion": config.ablation.fusion, **changes}
+    return EvidentialRetrievalLoss(**inter, distributed=distributed)
 
 
 def build_criterion(config: HolmesConfig, distributed: bool = False) -> HolmesCriterion:
@@ -99,8 +99,8 @@ def build_criterion(config: HolmesConfig, distributed: bool = False) -> HolmesCr
     weights, ablation = config.weights, config.ablation
     if ablation.method == "dab":  # DAB's PAC loss replaces InfoNCE
         weights = dataclasses.replace(weights, nce_frame=0.0, nce_clip=0.0)
-    base = BaseRetrievalLoss.from_settings(BaseRetrievalSettings.from_sections(config.base, weights),
-                                           distributed=distributed)
+    base = BaseRetrievalLoss(**dataclasses.asdict(config.base), frame_nce_weight=weights.nce_frame,
+                             clip_nce_weight=weights.nce_clip, div_weight=weights.div, distributed=distributed)
     inter = intra = None
     if ablation.method == "holmes":
         terms = {"both": ("frame", "clip"), "frame": ("frame",), "clip": ("clip",)}[ablation.inter_branches]
@@ -112,9 +112,9 @@ def build_criterion(config: HolmesConfig, distributed: bool = False) -> HolmesCr
             terms=terms + (("fused",) if ablation.aggregation else ()),
         )
         if ablation.intra:
-            intra = IntraVideoEvidentialLoss.from_settings(
-                dataclasses.replace(config.intra, assignment=ablation.assignment),
-                FlexibleOT.from_settings(config.transport), distributed=distributed)
+            intra = IntraVideoEvidentialLoss(
+                FlexibleOT(**dataclasses.asdict(config.transport)),
+                **{**dataclasses.asdict(config.intra), "assignment": ablation.assignment}, distributed=distributed)
     return HolmesCriterion(base, inter, intra, inter_weight=weights.inter, intra_weight=weights.intra,
                            warmup_stage_epochs=config.schedule.warmup_stage_epochs,
                            hard_negative_epoch=config.schedule.hard_negative_epoch, distributed=distributed,
@@ -247,8 +247,9 @@ class DistributedHolmesObjective(HolmesObjective):
     def identifier(self) -> UncertaintyGuidedIdentifier:
         """The query identifier of L_inter's settings for one process (evaluation runs on rank 0 alone)."""
         if self.criterion.inter is not None:
-            inter = self.criterion.inter
-            return UncertaintyGuidedIdentifier.from_settings(inter.settings(), validate_args=inter.validate_args)
+            identifier = self.criterion.inter.identifier()
+            identifier.distributed = False
+            return identifier
         return super().identifier()
 
     def get_extra_state(self) -> dict[str, object]:

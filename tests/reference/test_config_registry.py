@@ -39,29 +39,15 @@ EXTENDED = {"model": "model", "optimizer": "optim"}
 DATA_FIELDS = ("n_clips", "n_frames")  # the model is built with the data's clip and frame counts
 
 
-def leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """``settings()`` of a library module as flat ``{name: value}`` (a dict or a dataclass, nested or not)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, item in value.items():
-            inner = leaves(item, key)
-            flat.update(inner if inner else {key: item})
-        return flat
-    return {}
-
-
 def used(module: torch.nn.Module) -> dict[str, Any]:
-    """What a library loss module is configured with: its ``settings()`` leaves (and its transport's), with
-    the module's attribute of the same name taking precedence (``settings()`` may give the value of the
-    current epoch, e.g. no hard-negative top-k in the first stage)."""
-    found = leaves(module.settings())
-    for sub in ("fot", "transport"):
-        part = getattr(module, sub, None)
-        if part is not None and hasattr(part, "settings"):
-            found = {**leaves(part.settings()), **found}
-    return {name: getattr(module, name, value) for name, value in found.items()}
+    """What a library loss module is configured with: its constructor's arguments, which it holds as attributes of
+    the same names (and its transport's, ``fot``, except those the module holds itself)."""
+    found = {name: getattr(module, name) for name in inspect.signature(type(module)).parameters
+             if name != "fot" and hasattr(module, name)}
+    part = getattr(module, "fot", None)
+    if part is not None:
+        found = {**used(part), **found}
+    return found
 
 
 def same(a: Any, b: Any) -> bool:

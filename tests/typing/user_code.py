@@ -6,6 +6,8 @@ and type checker must infer for them.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from typing_extensions import assert_type
@@ -49,8 +51,11 @@ intra = ep.IntraVideoEvidentialLoss.from_preset("release", dataset="tvr")
 base = ep.BaseRetrievalLoss.from_preset("release", "tvr", margin=0.1)
 assert_type(inter.tau, float)
 assert_type(intra, ep.IntraVideoEvidentialLoss)
-assert_type(inter.settings(), ep.presets.InterVideoSettings)
-assert_type(ep.FlexibleOT.from_preset("paper", n_iters=20).settings().n_iters, int)
+assert_type(inter.calibrate, bool)
+inter.gamma = 0.1  # the hyperparameters are plain attributes
+assert_type(ep.FlexibleOT.from_preset("paper", n_iters=20).n_iters, int)
+assert_type(ep.EvidentialRetrievalLoss(**dataclasses.asdict(ep.presets.holmes_settings("paper").inter)),
+            ep.EvidentialRetrievalLoss)  # a registry section is the module's keyword arguments
 assert_type(ep.GalleryUncertainty.from_preset("release", "tvr", k=5), ep.GalleryUncertainty)
 fot = ep.FlexibleOT(epsilon=0.05, n_iters=20)
 assert_type(fot.n_iters, int)

@@ -27,3 +27,4 @@ q = DistributionBridge.from_preset("paper", "msrvtt", dim=8)  # misspelt data se
 w = ConditionedDistributionBridge.from_preset("paper", dim=8, contractoin=0.5)  # typo in an override
 reveal_type(ep.FlexibleOT.__init__)
 reveal_type(F.flexible_ot)
+ot.n_iters = "many"  # a hyperparameter is a typed plain attribute
