@@ -5,7 +5,6 @@ the Gaussian, DAB and HUD operations in ``test_operations_probabilistic.py``, th
 
 from __future__ import annotations
 
-
 import torch
 
 import evidential_prvr as ep
