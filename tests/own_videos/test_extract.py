@@ -14,9 +14,9 @@ av = pytest.importorskip("av", reason="the video extra (av) is not installed")
 open_clip = pytest.importorskip("open_clip", reason="the video extra (open_clip_torch) is not installed")
 
 import torch  # noqa: E402
-
 from reference_models.holmes.videos.decoding import decode_video  # noqa: E402
 from reference_models.holmes.videos.generated import write_generated_collection  # noqa: E402
+
 from tests.own_videos.helpers import cli, problem_lines  # noqa: E402
 
 

@@ -22,11 +22,11 @@ av = pytest.importorskip("av", reason="the video extra (av) is not installed")
 open_clip = pytest.importorskip("open_clip", reason="the video extra (open_clip_torch) is not installed")
 flask = pytest.importorskip("flask", reason="the video extra (flask) is not installed")
 
-from werkzeug.serving import make_server  # noqa: E402
-
 from reference_models.holmes.videos.generated import GENERIC_CAPTIONS  # noqa: E402
 from reference_models.holmes.videos.search import GallerySearch  # noqa: E402
 from reference_models.holmes.videos.service import QueryBatcher, create_app, gallery_thumbnails  # noqa: E402
+from werkzeug.serving import make_server  # noqa: E402
+
 from tests.own_videos.helpers import cli_env, held_out_captions  # noqa: E402
 
 
