@@ -76,7 +76,8 @@ class Answer:
 
     ``probability`` is the calibrated probability that the right video is among the ``k`` results (``None``
     when the gallery is not calibrated, or ``k`` exceeds the calibration's depth); ``decision`` is
-    ``"answer"``, ``"rephrase"`` or ``"not calibrated"``.
+    ``"answer"``, ``"rephrase"`` or ``"not calibrated"``. ``temperature`` and ``evidence_form`` are those of
+    Holmes Eq. 3 (``"inside"``: :math:`\exp(\tanh(s/\tau))`, ``"outside"``: :math:`\exp(\tanh(s)/\tau)`).
     """
 
     query: str
@@ -86,6 +87,7 @@ class Answer:
     uncertainty: float
     temperature: float
     temperature_source: str
+    evidence_form: str
     query_type: str | None
     query_type_meaning: str
     confidence: float
@@ -133,8 +135,9 @@ def uncalibrated_evidence(encoder: ClipEncoder, scorer: Any) -> Calibration:
                            math.nan, {}, empty, none, None, str(scorer.identifier.tanh_scaling))
     recorded = encoder.recorded_zero_shot()
     if recorded is not None:
+        thresholds = {k: float(v) for k, v in recorded["thresholds"].items() if v is not None}  # JSON: no infinities
         return Calibration(0, float(recorded["temperature"]), str(recorded["source"]), str(recorded["confidence_kind"]),
-                           math.nan, dict(recorded["thresholds"]), empty, none)
+                           math.nan, thresholds, empty, none, None, str(recorded["tanh_scaling"]))
     return Calibration(0, PAPER_TEMPERATURE, "the paper's default (not chosen on data: index with --captions to "
                        "choose it on this gallery's held-out captions)", "top_belief", math.nan, {}, empty, none)
 
@@ -239,7 +242,7 @@ class Answerer:
             kind = None if types[i] is None else QUERY_TYPES[int(types[i])]
             answers.append(Answer(
                 text, self.mode, hits, float(opinion.fused.top_belief[i]), float(opinion.fused.uncertainty[i]),
-                cal.temperature, cal.temperature_source, kind, QUERY_TYPE_MEANINGS[kind], conf, cal.confidence_kind,
+                cal.temperature, cal.temperature_source, cal.tanh_scaling, kind, QUERY_TYPE_MEANINGS[kind], conf, cal.confidence_kind,
                 self.calibrated, None if probability is None else float(probability[i]), decision, float(risk),
                 threshold, note))
         return answers
@@ -259,7 +262,7 @@ def format_answers(answers: list[Answer]) -> str:
         kind = a.query_type or "type not identified"
         head = (f"query: {a.query}\n  {verdict}\n  {kind}: {a.query_type_meaning}\n"
                 f"  opinion: belief {a.belief:.3f}, uncertainty {a.uncertainty:.3f} (temperature {a.temperature:.3g}, "
-                f"{a.temperature_source}); {a.mode}")
+                f"evidence {a.evidence_form}, {a.temperature_source}); {a.mode}")
         rows = [["rank", "video", "score", "moment (s)", "similarity"]]
         rows += [[str(h.rank), h.video, f"{h.score:.3f}", f"{h.moment.start:.1f}-{h.moment.end:.1f}",
                   f"{h.moment.similarity:.3f}"] for h in a.results]

@@ -4,14 +4,19 @@ A gallery's held-out captions (its ``val`` split) are queries whose video is kno
 whole gallery, as a user's queries are, they give everything a search needs to be read by a person:
 
 **The evidence temperature and the confidence** (:func:`choose_evidence`). Each query's opinion over its top
-:data:`OPINION_K` videos is Holmes Eq. 3-5 (evidence ``exp(tanh(s / tau))``, a Dirichlet, its belief and
-uncertainty masses; :class:`evidential_prvr.GalleryUncertainty`). A zero-shot encoder's cosines are not on the
-scale a trained Holmes model's are (a CLIP's lie within a few hundredths of each other), so the temperature is
-chosen on the held-out captions: every ``tau`` of :data:`TEMPERATURES` and every evidential confidence
-(``neg_u``, ``top_belief``, ``neg_xi``; :func:`evidential_prvr.functional.selective_confidence`) is tried, and
-the pair with the lowest AURC of the top-1 error (:func:`evidential_prvr.metrics.aurc`) is kept (the first in
-the grid's order on a tie). A trained checkpoint keeps the temperature it was trained with and only the
-confidence is chosen.
+:data:`OPINION_K` videos is Holmes Eq. 3-5 (evidence from the scores, a Dirichlet, its belief and uncertainty
+masses; :class:`evidential_prvr.GalleryUncertainty`). A zero-shot encoder's cosines are not on the scale of a
+trained Holmes model's (a CLIP's lie within a few hundredths of each other, around an offset), so the
+temperature is chosen on the held-out captions, as temperature scaling chooses a classifier's (Guo et al.,
+2017): every evidence form of Eq. 3 (``"inside"``, the paper's :math:`\exp(\tanh(s/\tau))`, and
+``"outside"``, the release's :math:`\exp(\tanh(s)/\tau)`) and every ``tau`` of :data:`TEMPERATURES` is tried,
+and the pair kept is the one of lowest negative log-likelihood of "the top video is the caption's" under the
+opinion's own probability of its top video, the Dirichlet mean :math:`\alpha_1 / S = b_1 + u / K` (Eq. 4-5),
+the first in the grid's order on a tie. A likelihood, unlike a ranking figure, is not indifferent to an
+evidence so saturated that every query gets the same opinion. Then the evidential confidence (``neg_u``,
+``top_belief``, ``neg_xi``; :func:`evidential_prvr.functional.selective_confidence`) of lowest AURC of the top-1
+error (:func:`evidential_prvr.metrics.aurc`) at that evidence is the one that decides. A trained checkpoint
+keeps the temperature and form it was trained with, and only the confidence is chosen.
 
 **The query types** (Holmes Eq. 10-12 with fixed thresholds): :meth:`evidential_prvr.GalleryQueryIdentifier.fit`
 on the held-out opinions (the sequential Youden fit on top-1 correctness).
@@ -40,22 +45,29 @@ from evidential_prvr.metrics import aurc, risk_coverage
 from evidential_prvr.search import SearchResult
 from evidential_prvr.uncertainty import EVIDENTIAL_CONFIDENCES, GalleryOpinion, QueryTypeThresholds
 
-__all__ = ["OPINION_K", "TEMPERATURES", "EvidenceChoice", "Calibration", "search_opinion", "choose_evidence",
-           "fit_calibration",
+__all__ = ["CALIBRATION_RULE", "OPINION_K", "TEMPERATURES", "TANH_FORMS", "EvidenceChoice", "Calibration", "search_opinion",
+           "top_probability", "top1_nll", "choose_evidence", "fit_calibration",
            "isotonic_fit", "expected_calibration_error", "reliability_bins", "threshold_at_risk"]
 
+#: The version of the calibration rule; a saved calibration of another is fitted again.
+CALIBRATION_RULE = 2
 #: Candidates of each query's opinion (the library's default ``k``: the opinion does not depend on the gallery's size).
 OPINION_K = 10
 #: The temperatures tried on the held-out captions: 25 values from 0.001 to 10, evenly spaced in log.
 TEMPERATURES: tuple[float, ...] = tuple(float(t) for t in np.logspace(-3, 1, 25))
+#: The evidence forms of Holmes Eq. 3 tried: the paper's and the official release's.
+TANH_FORMS: tuple[str, ...] = ("inside", "outside")
 
 
 @dataclass(frozen=True)
 class EvidenceChoice:
-    """The chosen temperature and confidence, with the AURC of the top-1 error they gave on the held-out captions."""
+    """The chosen evidence form, temperature and confidence, with the negative log-likelihood of top-1 correctness
+    and the confidence's AURC of the top-1 error that they gave on the held-out captions."""
 
     temperature: float
+    tanh_scaling: str
     confidence_kind: str
+    nll: float
     aurc: float
 
 
@@ -66,36 +78,50 @@ def search_opinion(result: SearchResult, temperature: float, *, k: int = OPINION
     return uncertainty.search_opinion(result, query_scale=query_scale)
 
 
-def choose_evidence(result: SearchResult, *, temperatures: tuple[float, ...] = TEMPERATURES, k: int = OPINION_K,
-                    tanh_scaling: str = "inside", query_scale: torch.Tensor | None = None) -> EvidenceChoice:
-    """The ``(temperature, confidence)`` of lowest AURC of the top-1 error on a search with targets.
+def top_probability(opinion: GalleryOpinion) -> torch.Tensor:
+    """``[Q]`` the opinion's probability of its top video: the Dirichlet mean :math:`b_1 + u / K` (Eq. 4-5)."""
+    return opinion.fused.top_belief + opinion.fused.uncertainty / opinion.k
+
+
+def top1_nll(opinion: GalleryOpinion) -> float:
+    """The mean negative log-likelihood of the ``correct`` flags under :func:`top_probability`."""
+    assert opinion.correct is not None
+    p = top_probability(opinion).double().clamp(1e-12, 1.0 - 1e-12)
+    hit = opinion.correct.double()
+    return float(-(hit * p.log() + (1.0 - hit) * (-p).log1p()).mean())
+
+
+def choose_evidence(result: SearchResult, *, temperatures: tuple[float, ...] = TEMPERATURES,
+                    forms: tuple[str, ...] = TANH_FORMS, k: int = OPINION_K,
+                    query_scale: torch.Tensor | None = None) -> EvidenceChoice:
+    """The evidence of lowest negative log-likelihood of top-1 correctness, and its confidence of lowest AURC.
 
     Parameters
     ----------
     result : SearchResult
         The held-out captions searched against the whole gallery, with ``target=`` (their videos) and
         ``k >= min(k, videos)``.
-    temperatures : tuple of float
-        Tried in this order (a tie keeps the first).
+    temperatures, forms : tuple
+        The temperatures and the evidence forms of Eq. 3 tried, in this order (a tie keeps the first).
     k : int
         Candidates of the opinion.
-    tanh_scaling : {"inside", "outside"}
-        The evidence form of Eq. 3 (a trained model's: that of its training objective).
     query_scale : torch.Tensor, optional
         ``[Q]`` per-query inverse temperature (a trained model's query-norm scaling).
     """
     if result.target is None:
         raise ValueError("choose_evidence needs a search with target= (the held-out captions' videos)")
-    best: EvidenceChoice | None = None
-    for tau in temperatures:
-        op = search_opinion(result, tau, k=k, tanh_scaling=tanh_scaling, query_scale=query_scale)
-        assert op.correct is not None
-        for kind in EVIDENTIAL_CONFIDENCES:
-            value = float(aurc(selective_confidence(op, kind), op.correct))
-            if best is None or value < best.aurc - 1e-12:
-                best = EvidenceChoice(float(tau), kind, value)
+    best: tuple[float, str, float] | None = None
+    for form in forms:
+        for tau in temperatures:
+            nll = top1_nll(search_opinion(result, tau, k=k, tanh_scaling=form, query_scale=query_scale))
+            if best is None or nll < best[2] - 1e-12:
+                best = (float(tau), form, nll)
     assert best is not None
-    return best
+    op = search_opinion(result, best[0], k=k, tanh_scaling=best[1], query_scale=query_scale)
+    assert op.correct is not None
+    kinds = [(float(aurc(selective_confidence(op, kind), op.correct)), kind) for kind in EVIDENTIAL_CONFIDENCES]
+    value, kind = min(kinds, key=lambda pair: pair[0])  # the first of equal AURC
+    return EvidenceChoice(best[0], best[1], kind, best[2], value)
 
 
 def isotonic_fit(confidence: np.ndarray, hit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,6 +186,8 @@ class Calibration:
         The evidential confidence of lowest AURC.
     aurc : float
         Its AURC of the top-1 error on the held-out captions.
+    nll : float
+        The negative log-likelihood of top-1 correctness under the opinion's probability of its top video.
     thresholds : dict
         The query types' thresholds (:class:`~evidential_prvr.uncertainty.QueryTypeThresholds` as a dict).
     confidence, ranks : torch.Tensor
@@ -180,6 +208,7 @@ class Calibration:
     ranks: torch.Tensor
     reference_norm: float | None = None
     tanh_scaling: str = "inside"
+    nll: float = float("nan")
     _fits: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def opinion(self, result: SearchResult, queries: torch.Tensor) -> GalleryOpinion:
@@ -212,7 +241,8 @@ class Calibration:
         return {"captions": self.captions, "temperature": self.temperature,
                 "temperature_source": self.temperature_source, "confidence_kind": self.confidence_kind,
                 "aurc": self.aurc, "thresholds": dict(self.thresholds), "confidence": self.confidence,
-                "ranks": self.ranks, "reference_norm": self.reference_norm, "tanh_scaling": self.tanh_scaling}
+                "ranks": self.ranks, "reference_norm": self.reference_norm, "tanh_scaling": self.tanh_scaling,
+                "nll": self.nll}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Calibration:
@@ -220,30 +250,30 @@ class Calibration:
                    str(data["confidence_kind"]), float(data["aurc"]), {k: float(v) for k, v in data["thresholds"].items()},
                    data["confidence"], data["ranks"],
                    None if data.get("reference_norm") is None else float(data["reference_norm"]),
-                   str(data.get("tanh_scaling", "inside")))
+                   str(data.get("tanh_scaling", "inside")), float(data.get("nll", float("nan"))))
 
 
 def fit_calibration(result: SearchResult, queries: torch.Tensor, *, temperatures: tuple[float, ...] | None = None,
-                    temperature_source: str | None = None, tanh_scaling: str = "inside",
+                    forms: tuple[str, ...] | None = None, temperature_source: str | None = None,
                     query_norm: bool = False) -> Calibration:
     """The :class:`Calibration` of a search of the held-out captions with ``target=`` (see the module documentation).
 
-    ``temperatures``: the grid to choose from (default :data:`TEMPERATURES`); one value keeps it (a trained
-    checkpoint's), and ``temperature_source`` then says where it came from. ``query_norm``: scale each query's
-    evidence by its embedding norm relative to the held-out captions' mean (a trained model's
-    ``query_scale``; :mod:`reference_models.holmes.selective`).
+    ``temperatures`` and ``forms``: the grid to choose the evidence from (default :data:`TEMPERATURES` and
+    :data:`TANH_FORMS`); one value of each keeps it (a trained checkpoint's), and ``temperature_source`` then says
+    where it came from. ``query_norm``: scale each query's evidence by its embedding norm relative to the held-out
+    captions' mean (a trained model's ``query_scale``; :mod:`reference_models.holmes.selective`).
     """
-    grid = TEMPERATURES if temperatures is None else temperatures
     norms = queries.norm(dim=-1).to(result.scores.dtype)
     reference_norm = float(norms.mean()) if query_norm else None
     query_scale = norms / reference_norm if reference_norm is not None else None
-    choice = choose_evidence(result, temperatures=grid, tanh_scaling=tanh_scaling, query_scale=query_scale)
-    op = search_opinion(result, choice.temperature, tanh_scaling=tanh_scaling, query_scale=query_scale)
-    identifier = GalleryQueryIdentifier()
-    thresholds = identifier.fit(op)
+    choice = choose_evidence(result, temperatures=TEMPERATURES if temperatures is None else temperatures,
+                             forms=TANH_FORMS if forms is None else forms, query_scale=query_scale)
+    op = search_opinion(result, choice.temperature, tanh_scaling=choice.tanh_scaling, query_scale=query_scale)
+    thresholds = GalleryQueryIdentifier().fit(op)
     confidence = selective_confidence(op, choice.confidence_kind).detach().cpu().double()  # type: ignore[arg-type]
-    source = temperature_source or f"chosen on {result.num_queries} held-out captions (lowest AURC of the top-1 error)"
+    source = temperature_source or (f"chosen on {result.num_queries} held-out captions (lowest negative "
+                                    "log-likelihood of top-1 correctness)")
     ranks = result.target_ranks().detach().cpu().long()
     ranks = torch.where(ranks < 1, torch.full_like(ranks, result.k + 1), ranks)  # not within the search: beyond it
     return Calibration(result.num_queries, choice.temperature, source, choice.confidence_kind, choice.aurc,
-                       thresholds.to_dict(), confidence, ranks, reference_norm, tanh_scaling)
+                       thresholds.to_dict(), confidence, ranks, reference_norm, choice.tanh_scaling, choice.nll)

@@ -32,7 +32,7 @@ from reference_models import engine
 from reference_models.holmes.data.layout import GALLERY_RECORD, CollectionPaths
 
 __all__ = ["GALLERY_FILE", "VIDEOS_FILE", "CAPTIONS_FILE", "REPORT_FILE", "ENCODER_CONFIG", "PARTS_DIR", "SEARCH_DIR",
-           "EncodedVideo", "GalleryFiles", "read_gallery", "read_part", "part_catalogue"]
+           "EncodedVideo", "GalleryFiles", "read_gallery", "read_part", "part_contents", "part_catalogue"]
 
 GALLERY_FILE = GALLERY_RECORD
 VIDEOS_FILE = "videos.json"
@@ -118,11 +118,19 @@ def read_part(path: Path) -> list[EncodedVideo]:
                                                              offsets[1:], data["rates"], data["durations"])]
 
 
+def part_contents(parts: Path) -> dict[Path, list[str]]:
+    """Every part file in ``parts`` and the content digests of the videos it holds (only those are read)."""
+    contents: dict[Path, list[str]] = {}
+    for path in sorted(parts.glob("part-*.npz")):
+        with np.load(path, allow_pickle=False) as data:
+            contents[path] = [str(d) for d in data["digests"]]
+    return contents
+
+
 def part_catalogue(parts: Path) -> dict[str, Path]:
     """Content digest -> the part file that holds its features, over every part in ``parts``."""
     catalogue: dict[str, Path] = {}
-    for path in sorted(parts.glob("part-*.npz")):
-        with np.load(path, allow_pickle=False) as data:
-            for digest in data["digests"]:
-                catalogue.setdefault(str(digest), path)
+    for path, digests in part_contents(parts).items():
+        for digest in digests:
+            catalogue.setdefault(digest, path)
     return catalogue

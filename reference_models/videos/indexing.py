@@ -51,6 +51,7 @@ from reference_models.videos.gallery import (
     EncodedVideo,
     GalleryFiles,
     part_catalogue,
+    part_contents,
     read_part,
 )
 
@@ -326,6 +327,18 @@ def _text_features(path: Path, usable: list[InputCaption], encoder: ClipEncoder)
                 {c.caption_id: {"sentence_sha256": digest[c.caption_id]} for c in usable})
 
 
+def _drop_stale_parts(parts: Path, wanted: set[str]) -> None:
+    """Delete the parts whose videos all left the gallery (or changed); write the others that hold such videos
+    again without them (the new part first, then the old one goes)."""
+    for part, digests in part_contents(parts).items():
+        if all(d in wanted for d in digests):
+            continue
+        kept = [v for v in read_part(part) if v.digest in wanted]
+        if kept and _write_part(parts, kept) == part:
+            continue
+        part.unlink()
+
+
 def _assemble(gallery: GalleryFiles, files: dict[str, VideoFile], entries: dict[str, dict[str, Any]],
               captions: list[InputCaption], encoder: ClipEncoder, report: IndexReport) -> None:
     paths = gallery.collection
@@ -338,8 +351,7 @@ def _assemble(gallery: GalleryFiles, files: dict[str, VideoFile], entries: dict[
         if part not in loaded:
             loaded[part] = {v.digest: v for v in read_part(part)}
         encoded[vid] = loaded[part][files[vid].digest]
-    for part in set(gallery.parts.glob("part-*.npz")) - set(catalogue[files[v].digest] for v in present):
-        part.unlink()  # every video it holds has left the folder (or changed)
+    _drop_stale_parts(gallery.parts, {files[v].digest for v in present})
     if not encoded:
         raise engine.UserError(f"--videos: no video could be encoded ({len(report.problems)} problems, see "
                                f"{gallery.root / REPORT_FILE})")

@@ -35,7 +35,7 @@ import torch
 
 from evidential_prvr.search import SearchResult
 from reference_models import engine
-from reference_models.videos.calibration import Calibration
+from reference_models.videos.calibration import CALIBRATION_RULE, Calibration
 from reference_models.videos.gallery import GalleryFiles
 
 __all__ = ["INDEX_FORMAT", "Scorer", "SavedIndex", "TokenCandidates", "open_saved_index", "update_zero_shot_index",
@@ -147,6 +147,7 @@ class SavedIndex:
     rows: dict[str, torch.Tensor]
     calibration: Calibration | None
     captions_digest: str
+    calibration_rule: int = CALIBRATION_RULE
     changes: dict[str, Any] = field(default_factory=dict)
     candidates: TokenCandidates | None = None
 
@@ -161,7 +162,7 @@ class SavedIndex:
         data = {"format": INDEX_FORMAT, "key": self.key, "settings": settings, "video_ids": list(self.video_ids),
                 "digests": list(self.digests), "slots": self.slots, "rows": self.rows,
                 "calibration": None if self.calibration is None else self.calibration.to_dict(),
-                "captions_digest": self.captions_digest}
+                "captions_digest": self.captions_digest, "calibration_rule": self.calibration_rule}
         engine.atomic_write(self.folder / "index.pt", lambda handle: torch.save(data, handle))
 
 
@@ -179,7 +180,7 @@ def _load(folder: Path, scorer: Scorer, settings: dict[str, Any]) -> SavedIndex 
         return None
     calibration = None if data["calibration"] is None else Calibration.from_dict(data["calibration"])
     return SavedIndex(scorer.key, folder, list(data["video_ids"]), list(data["digests"]), data["slots"],
-                      dict(data["rows"]), calibration, str(data["captions_digest"]))
+                      dict(data["rows"]), calibration, str(data["captions_digest"]), int(data.get("calibration_rule", 0)))
 
 
 def _calibrate(gallery: GalleryFiles, scorer: Scorer, saved: SavedIndex) -> Calibration | None:
@@ -234,11 +235,10 @@ def open_saved_index(gallery: GalleryFiles, scorer: Scorer, *, rebuild: bool = F
                            {n: t[order_t] for n, t in rows.items()}, saved.calibration, saved.captions_digest)
         saved.changes.update(removed_slots=removed_slots, added_slots=new_slots)
     captions_digest = _captions_digest(calibration_captions(gallery, saved.video_ids))
-    recalibrate = changed or captions_digest != saved.captions_digest or (
-        saved.calibration is None and captions_digest != _captions_digest([]))
+    recalibrate = changed or captions_digest != saved.captions_digest or saved.calibration_rule != CALIBRATION_RULE
     if recalibrate:
         saved.calibration = _calibrate(gallery, scorer, saved)
-        saved.captions_digest = captions_digest
+        saved.captions_digest, saved.calibration_rule = captions_digest, CALIBRATION_RULE
     if changed or recalibrate:
         folder.mkdir(parents=True, exist_ok=True)
         saved.save(settings)

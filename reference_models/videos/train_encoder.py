@@ -14,11 +14,16 @@ positives per row; the loss is CLIP's symmetric cross-entropy with the matches a
 positives share its mass). Frames are drawn at 96 pixels, scaled to the encoder's 48 as ``index`` scales a
 video's frames (bicubic, antialiased) and get a little pixel noise (the codec's).
 
+Then the zero-shot evidence of a gallery without held-out captions is chosen: a generated world of
+:data:`WORLD_VIDEOS` videos (seed :data:`WORLD_SEED`, not a seed the tests or the guide use) is indexed with
+the new weights and its ``val`` captions choose the temperature, the confidence and the query-type thresholds
+(:mod:`reference_models.videos.calibration`), recorded under ``zero_shot``.
+
 Written into ``--out``: ``prvr-tiny-generated-world.safetensors`` (the weights in float16, about 6.7 MB;
 ``open_clip`` loads them with ``--pretrained``) and ``prvr-tiny-generated-world.json`` (the command, the
-settings, the versions, the final loss, the held-out accuracy, the file's SHA-256 and the seconds). Seeded: the
-same command with the same torch build and thread count writes the same weights. Two CPU cores: about
-three minutes with the defaults.
+settings, the versions, the final loss, the held-out accuracy, the zero-shot evidence, the file's SHA-256
+and the seconds). Seeded: the same command with the same torch build and thread count writes the same
+weights. On an idle two-core machine the defaults take about five minutes (one thread).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ from reference_models.videos.generated import BACKGROUNDS, COLOURS, MOTIONS, SHA
 __all__ = ["position_word", "draw_batch", "caption_matches", "train", "main"]
 
 _RENDER_SIZE = 96
+#: The generated world whose held-out captions choose the recorded zero-shot evidence.
+WORLD_VIDEOS, WORLD_SEED = 120, 1000
 
 
 def position_word(x: float, y: float) -> str:
@@ -183,6 +190,31 @@ def train(*, steps: int, batch_size: int, lr: float, seed: int, log_every: int =
     return model, record
 
 
+def world_evidence(config: Path, weights: Path, work: Path) -> dict[str, Any]:
+    """The zero-shot evidence chosen on the held-out captions of a generated world indexed with these weights."""
+    from reference_models.videos.calibration import OPINION_K
+    from reference_models.videos.gallery import read_gallery
+    from reference_models.videos.generated import write_generated_collection
+    from reference_models.videos.indexing import IndexSettings, Sampling, run_index
+    from reference_models.videos.saved_index import open_saved_index
+    from reference_models.videos.zero_shot import ZeroShotScorer
+
+    world = write_generated_collection(work / "world", n_videos=WORLD_VIDEOS, seed=WORLD_SEED)
+    settings = IndexSettings(videos=world.videos_dir, out=work / "gallery", model=str(config), pretrained=str(weights),
+                             captions=world.captions_csv, sampling=Sampling(fps=2.0), workers=0)
+    run_index(settings, show_progress=False)
+    from reference_models.videos.answers import gallery_encoder
+
+    gallery = read_gallery(settings.out)
+    calibration = open_saved_index(gallery, ZeroShotScorer(gallery_encoder(gallery))).calibration
+    assert calibration is not None
+    return {"temperature": calibration.temperature, "tanh_scaling": calibration.tanh_scaling,
+            "confidence_kind": calibration.confidence_kind,
+            "thresholds": calibration.thresholds, "opinion_k": OPINION_K,
+            "source": f"chosen on {calibration.captions} held-out captions of the generated world "
+                      f"({WORLD_VIDEOS} videos, seed {WORLD_SEED}) by train_encoder"}
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -211,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
 
     data = save(state, metadata={"model": BUNDLED_MODEL, "pretrained": BUNDLED_WEIGHTS})
     atomic_write(weights, lambda handle: handle.write(data))
+    import tempfile
+
+    from reference_models.videos.clip_encoder import bundled_files
+
+    with tempfile.TemporaryDirectory() as tmp:
+        record["zero_shot"] = world_evidence(bundled_files()["config"], weights, Path(tmp))
     record.update({"command": "python -m reference_models.videos.train_encoder " + shlex.join(sys.argv[1:] if argv is None else argv),
                    "model": BUNDLED_MODEL, "pretrained": BUNDLED_WEIGHTS, "weights_file": weights.name,
                    "weights_sha256": _sha256(weights), "weights_bytes": weights.stat().st_size,

@@ -140,8 +140,8 @@ class HolmesScorer:
 
     def calibrate(self, result: SearchResult, queries: torch.Tensor) -> Calibration:
         return fit_calibration(result, queries, temperatures=(float(self.identifier.tau),),
-                               temperature_source="the checkpoint's training temperature",
-                               tanh_scaling=str(self.identifier.tanh_scaling), query_norm=True)
+                               forms=(str(self.identifier.tanh_scaling),),
+                               temperature_source="the checkpoint's training temperature", query_norm=True)
 
     @torch.no_grad()
     def moments(self, queries: torch.Tensor, rows: dict[str, torch.Tensor], indices: torch.Tensor
