@@ -72,7 +72,7 @@ class Hit:
 
 @dataclass(frozen=True)
 class Answer:
-    """The answer to one query (the JSON of ``search``, one object per query).
+    r"""The answer to one query (the JSON of ``search``, one object per query).
 
     ``probability`` is the calibrated probability that the right video is among the ``k`` results (``None``
     when the gallery is not calibrated, or ``k`` exceeds the calibration's depth); ``decision`` is

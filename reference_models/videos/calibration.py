@@ -1,4 +1,4 @@
-"""Calibration on held-out captions: the evidence temperature, the confidence, the query types and a probability.
+r"""Calibration on held-out captions: the evidence temperature, the confidence, the query types and a probability.
 
 A gallery's held-out captions (its ``val`` split) are queries whose video is known. Searched against the
 whole gallery, as a user's queries are, they give everything a search needs to be read by a person:

@@ -1,6 +1,6 @@
 """Shared fixtures of the own-videos tests: a generated world indexed with the bundled encoder and its captions,
-a second, smaller one, and a Holmes checkpoint trained on the first (once per session, about two minutes on two
-cores in all).
+a second, smaller one (also indexed without captions), and a Holmes checkpoint trained on the first (once per
+session).
 
 The tests need the ``video`` extra (open_clip_torch, av, flask); each module skips with the reason without it.
 """
@@ -46,10 +46,22 @@ def second_gallery(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def uncalibrated(second_gallery: dict[str, Path]) -> Path:
+    """The second world's videos indexed without captions: a gallery whose search is not calibrated."""
+    root = second_gallery["root"].parent / "uncalibrated"
+    run = videos_cli("index", "--videos", str(second_gallery["world"] / "videos"), "--out", str(root), "--model",
+                     "prvr-tiny", "--fps", "2", "--no-progress", "--workers", "1")
+    assert run.returncode == 0 and "not calibrated" in run.stdout, run.stderr
+    return root
+
+
+@pytest.fixture(scope="session")
 def trained(gallery: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``best.pt`` of ``holmes train --config clip`` on the first gallery."""
+    """``best.pt`` of ``holmes train --config clip`` on the first gallery (10 epochs: the tests need a checkpoint,
+    not its best figures, which the guide's comparison measures; the tests that use it allow 15 minutes, for a
+    shared machine)."""
     run_dir = tmp_path_factory.mktemp("holmes") / "run"
     run = holmes_cli("train", "--config", "clip", "--data-root", str(gallery["root"]), "--output-dir", str(run_dir),
-                     "--no-progress")
+                     "--epochs", "10", "--no-progress", timeout=840)
     assert run.returncode == 0, run.stderr[-2000:]
     return run_dir / "best.pt"

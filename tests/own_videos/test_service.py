@@ -220,6 +220,7 @@ def _ranked_right(searcher: Answerer) -> tuple[str, str]:
     return found
 
 
+@pytest.mark.timeout(900)  # the trained mode may run the session's training (conftest.trained)
 @pytest.mark.parametrize("mode", ["zero-shot", "trained"])
 def test_the_page_in_chromium_shows_the_expected_video_first_and_the_calibrated_chance(
         mode: str, service: dict[str, Any], request: pytest.FixtureRequest, tmp_path: Path) -> None:
@@ -266,17 +267,12 @@ def test_the_page_in_chromium_shows_the_expected_video_first_and_the_calibrated_
         driver.quit()
 
 
-def test_the_page_of_an_uncalibrated_gallery_says_not_calibrated(gallery: dict[str, Path], tmp_path: Path) -> None:
+def test_the_page_of_an_uncalibrated_gallery_says_not_calibrated(uncalibrated: Path) -> None:
     from selenium.webdriver.common.by import By
 
-    from tests.own_videos.helpers import videos_cli
-
-    run = videos_cli("index", "--videos", str(gallery["world"] / "videos"), "--out", str(tmp_path / "g"), "--model",
-                     "prvr-tiny", "--fps", "2", "--workers", "0", "--no-progress")
-    assert run.returncode == 0, run.stderr
     driver = _chromium()
     try:
-        with _serving(Answerer(tmp_path / "g")) as served:
+        with _serving(Answerer(uncalibrated)) as served:
             _open_page(driver, served["port"], "0.2")
             assert "not calibrated" in driver.find_element(By.ID, "mode").text
             _ask(driver, "a red circle")
