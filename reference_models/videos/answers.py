@@ -215,7 +215,9 @@ class Answerer:
         result = self.scorer.top_k(q, saved.rows, depth, candidates=candidates)
         opinion = cal.opinion(result, q)
         confidence = cal.confidence_of(opinion)
-        types = cal.identifier()(opinion).query_type.tolist() if cal.thresholds else [None] * len(queries)
+        types: list[int | None] = [None] * len(queries)
+        if cal.thresholds:
+            types = [int(t) for t in cal.identifier()(opinion).query_type.tolist()]
         probability = None
         note = None
         if not self.calibrated:
@@ -239,7 +241,8 @@ class Answerer:
                 decision = "not calibrated"
             else:
                 decision = "answer" if threshold is not None and conf >= threshold else "rephrase"
-            kind = None if types[i] is None else QUERY_TYPES[int(types[i])]
+            code = types[i]
+            kind = None if code is None else QUERY_TYPES[code]
             answers.append(Answer(
                 text, self.mode, hits, float(opinion.fused.top_belief[i]), float(opinion.fused.uncertainty[i]),
                 cal.temperature, cal.temperature_source, cal.tanh_scaling, kind, QUERY_TYPE_MEANINGS[kind], conf, cal.confidence_kind,

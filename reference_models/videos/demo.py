@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 __all__ = ["run_demo", "held_out_answers"]
 
 
-def held_out_answers(answerer, truth: dict, split: str = "test", k: int = 10) -> list[tuple[dict, object]]:
+def held_out_answers(answerer: Any, truth: dict, split: str = "test", k: int = 10) -> list[tuple[dict, Any]]:
     """``(caption's truth entry, its answer)`` for every caption of ``split`` (answered at ``k``)."""
     captions = [c for c in answerer.gallery.captions() if c["split"] == split]
     entries = {c["caption_id"]: c for c in truth["captions"]}

@@ -195,7 +195,7 @@ def _write_part(parts: Path, encoded: list[EncodedVideo]) -> Path:
     """One part file holding ``encoded``, written atomically; named by a digest of its videos' digests."""
     name = hashlib.sha256("\n".join(v.digest for v in encoded).encode()).hexdigest()[:24]
     offsets = np.cumsum([0] + [len(v.features) for v in encoded]).astype(np.int64)
-    arrays = {
+    arrays: dict[str, Any] = {
         "video_ids": np.array([v.video_id for v in encoded]), "digests": np.array([v.digest for v in encoded]),
         "offsets": offsets, "features": np.concatenate([v.features for v in encoded]).astype(np.float32),
         "times": np.concatenate([v.times for v in encoded]).astype(np.float64),

@@ -14,7 +14,6 @@ against mean probability per bin, pooled over the instances) drawn to ``PATH``.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
