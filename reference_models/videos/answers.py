@@ -33,7 +33,12 @@ from reference_models import engine
 from reference_models.videos.calibration import OPINION_K, Calibration
 from reference_models.videos.clip_encoder import ClipEncoder, EncoderError, EncoderSpec
 from reference_models.videos.gallery import ENCODER_CONFIG, GalleryFiles, read_gallery
-from reference_models.videos.saved_index import CALIBRATION_DEPTH, SavedIndex, open_saved_index
+from reference_models.videos.saved_index import (
+    CALIBRATION_DEPTH,
+    MIN_CALIBRATION_CAPTIONS,
+    SavedIndex,
+    open_saved_index,
+)
 
 __all__ = ["QUERY_TYPES", "QUERY_TYPE_MEANINGS", "PAPER_TEMPERATURE", "Moment", "Hit", "Answer", "Answerer",
            "gallery_encoder", "uncalibrated_evidence", "format_answers"]
@@ -222,7 +227,8 @@ class Answerer:
         note = None
         if not self.calibrated:
             note = ("not calibrated: this gallery has no held-out captions (index it with --captions holding a "
-                    "val split) to estimate how likely an answer is to be right")
+                    f"val split of at least {MIN_CALIBRATION_CAPTIONS} captions) to estimate how likely an answer is "
+                    "to be right")
         elif k > CALIBRATION_DEPTH:
             note = f"no probability for k > {CALIBRATION_DEPTH}: the held-out captions were ranked that deep"
         else:

@@ -91,7 +91,7 @@ class VideosComparison:
         if confidence == "max_score":
             values, name = result.scores[:, 0], "max_score"
         else:
-            values, name = cal.confidence_of(cal.opinion(result, queries)), cal.confidence_kind
+            values, name = cal.confidence_of(cal.opinion(result, queries)), "evidential"  # the kind its calibration chose
         return QueryRanks(result.target_ranks().tolist(), [c["caption_id"] for c in captions],
                           [kinds[c["caption_id"]] for c in captions], values.double().tolist(), name)
 

@@ -38,13 +38,16 @@ from reference_models import engine
 from reference_models.videos.calibration import CALIBRATION_RULE, Calibration
 from reference_models.videos.gallery import GalleryFiles
 
-__all__ = ["INDEX_FORMAT", "Scorer", "SavedIndex", "TokenCandidates", "open_saved_index", "update_zero_shot_index",
+__all__ = ["INDEX_FORMAT", "CALIBRATION_DEPTH", "MIN_CALIBRATION_CAPTIONS", "Scorer", "SavedIndex", "TokenCandidates",
+           "open_saved_index", "update_zero_shot_index",
            "calibration_captions"]
 
 #: The ``format`` of ``index.pt``; another one is computed again.
 INDEX_FORMAT = 1
 #: Calibration searches keep each held-out caption's top this many videos (ranks beyond are "not shown").
 CALIBRATION_DEPTH = 1000
+#: Fewer held-out captions than this calibrate nothing (the search says "not calibrated").
+MIN_CALIBRATION_CAPTIONS = 10
 
 
 class Scorer(Protocol):
@@ -185,7 +188,7 @@ def _load(folder: Path, scorer: Scorer, settings: dict[str, Any]) -> SavedIndex 
 
 def _calibrate(gallery: GalleryFiles, scorer: Scorer, saved: SavedIndex) -> Calibration | None:
     captions = calibration_captions(gallery, saved.video_ids)
-    if not captions:
+    if len(captions) < MIN_CALIBRATION_CAPTIONS:
         return None
     where = {v: i for i, v in enumerate(saved.video_ids)}
     queries = scorer.encode_texts([c["sentence"] for c in captions])
