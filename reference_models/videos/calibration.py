@@ -22,7 +22,7 @@ keeps the temperature and form it was trained with, and only the confidence is c
 on the held-out opinions (the sequential Youden fit on top-1 correctness).
 
 **The probability that the right video is among the k shown** (:meth:`Calibration.probability`): an isotonic
-regression (:func:`scipy.optimize.isotonic_regression`, ties pooled, linear between the fitted points, flat
+regression (``scipy.optimize.isotonic_regression``, ties pooled, linear between the fitted points, flat
 beyond them) of "the caption's video ranks ``<= k``" on the confidence, fitted when a ``k`` is first asked for.
 :func:`expected_calibration_error` and :func:`reliability_bins` measure it on other captions.
 
@@ -53,9 +53,9 @@ __all__ = ["CALIBRATION_RULE", "OPINION_K", "TEMPERATURES", "TANH_FORMS", "Evide
 CALIBRATION_RULE = 2
 #: Candidates of each query's opinion (the library's default ``k``: the opinion does not depend on the gallery's size).
 OPINION_K = 10
-#: The temperatures tried on the held-out captions: 25 values from 0.001 to 10, evenly spaced in log.
+#: The temperatures tried on the held-out captions, 25 values from 0.001 to 10 evenly spaced in log.
 TEMPERATURES: tuple[float, ...] = tuple(float(t) for t in np.logspace(-3, 1, 25))
-#: The evidence forms of Holmes Eq. 3 tried: the paper's and the official release's.
+#: The evidence forms of Holmes Eq. 3 tried, the paper's and the official release's.
 TANH_FORMS: tuple[str, ...] = ("inside", "outside")
 
 

@@ -156,7 +156,7 @@ def write_generated_collection(
         Created if missing; ``videos/``, ``captions.csv`` and ``truth.json`` are written into it.
     n_videos : int
         Videos (>= 3, one per split at least).
-    events_per_video : int or (int, int)
+    events_per_video : int or tuple of int
         Events per video, or the range ``(min, max)`` drawn from (distinct colours within a video).
     event_seconds, fps, size : float, int, int
         Each event's length, the frame rate and the (square) frame size in pixels.

@@ -11,7 +11,7 @@ fits the query types and the probability on the gallery's held-out captions.
 
 From the Holmes task this module uses the checkpoint's model (:func:`reference_models.holmes.factory.build_model`,
 :class:`~reference_models.holmes.config.HolmesConfig`), its video and query encoders
-(:mod:`reference_models.holmes.scoring`), the feature reader (:func:`reference_models.holmes.data.split.load_gallery`)
+(:mod:`reference_models.holmes.scoring`), the feature reader (``reference_models.holmes.data.split.load_gallery``)
 and the clip segments' boundaries (:func:`reference_models.holmes.data.sampling.segment_boundaries`).
 """
 

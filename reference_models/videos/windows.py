@@ -55,10 +55,10 @@ def video_windows(features: np.ndarray | torch.Tensor, times: np.ndarray, durati
 
     Parameters
     ----------
-    features : array ``[n, d]``
-        The video's frame features (any scale; normalised here).
-    times : array ``[n]``
-        Each frame's time in seconds.
+    features : numpy.ndarray or torch.Tensor
+        ``[n, d]``: the video's frame features (any scale; normalised here).
+    times : numpy.ndarray
+        ``[n]``: each frame's time in seconds.
     duration, rate : float
         The video's duration in seconds and its sampling rate in frames per second (a frame covers ``1 / rate``).
     max_units : int
@@ -66,7 +66,7 @@ def video_windows(features: np.ndarray | torch.Tensor, times: np.ndarray, durati
 
     Returns
     -------
-    (torch.Tensor, torch.Tensor)
+    tuple of torch.Tensor
         ``float32 [W, d]`` unit-norm window embeddings and ``float32 [W, 2]`` their spans in seconds.
     """
     x = F.normalize(torch.as_tensor(np.asarray(features), dtype=torch.float32), dim=-1)

@@ -37,7 +37,7 @@ SPLITS = ("train", "val", "test")
 BIGFILE_NAMES = ("feature.bin", "id.txt", "shape.txt", "video2frames.txt")
 #: The record of a data root written by ``prvr-videos index``: its collection, visual and text feature names.
 GALLERY_RECORD = "gallery.json"
-#: The text feature of the MS-SL lineage's releases (RoBERTa token features): ``roberta_<collection>_query_feat.hdf5``.
+#: The text feature of the MS-SL lineage's releases, RoBERTa token features in ``roberta_<collection>_query_feat.hdf5``.
 MS_SL_TEXT_FEATURE = "roberta"
 
 
