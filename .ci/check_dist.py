@@ -1,6 +1,7 @@
 """Check the built distributions: the wheel and the sdist each hold the LICENSE and evidential_prvr/py.typed, the
-wheel the page of serve; then install the wheel into a fresh virtual environment and run the README's drop-in
-snippet there, from a folder outside the repository (what a user who installs the wheel runs first).
+wheel the page of serve, the bundled encoder and the prvr-videos command; then install the wheel into a fresh
+virtual environment and run the README's drop-in snippet there, from a folder outside the repository (what a user
+who installs the wheel runs first).
 
 Usage: ``python .ci/check_dist.py DIST_FOLDER`` (the folder ``python -m build`` wrote one wheel and one sdist to),
 run by the environment that built them: the fresh environment gets the torch version installed there
@@ -38,8 +39,21 @@ def main(folder: str) -> int:
         missing.append(f"{wheels[0].name}: evidential_prvr/py.typed")
     if not any(name.endswith(".dist-info/licenses/LICENSE") for name in wheel_names):
         missing.append(f"{wheels[0].name}: *.dist-info/licenses/LICENSE")
-    if "reference_models/holmes/videos/static/index.html" not in wheel_names:
-        missing.append(f"{wheels[0].name}: reference_models/holmes/videos/static/index.html (the page of serve)")
+    for name, what in (("reference_models/videos/static/index.html", "the page of serve"),
+                       ("reference_models/videos/encoders/prvr-tiny.json", "the bundled encoder's configuration"),
+                       ("reference_models/videos/encoders/prvr-tiny-generated-world.safetensors",
+                        "the bundled encoder's weights"),
+                       ("reference_models/videos/encoders/prvr-tiny-generated-world.json",
+                        "the bundled encoder's record")):
+        if name not in wheel_names:
+            missing.append(f"{wheels[0].name}: {name} ({what})")
+    if not any(name.endswith(".dist-info/entry_points.txt") for name in wheel_names):
+        missing.append(f"{wheels[0].name}: *.dist-info/entry_points.txt (the prvr-videos command)")
+    else:
+        entry = next(name for name in wheel_names if name.endswith(".dist-info/entry_points.txt"))
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            if "prvr-videos = reference_models.videos.cli:console_main" not in wheel.read(entry).decode():
+                missing.append(f"{wheels[0].name}: the prvr-videos console script in {entry}")
     for name in ("LICENSE", "evidential_prvr/py.typed"):
         if name not in sdist_names:
             missing.append(f"{sdists[0].name}: {name}")

@@ -18,8 +18,8 @@
 # 4. Only where `nvidia-smi -L` lists more than one GPU: the same two epochs through the command line under
 #    torchrun (NCCL, one process per GPU, the global batch still 128 videos) and in one process, each with
 #    its training time per epoch and test SumR (docs/guide/distributed.rst, "torchrun").
-# 5. Where the video extra is installed: the own-videos extraction on CUDA against the encoder alone
-#    (benchmarks/own_videos.py --device cuda --no-search; docs/guide/own_videos.rst).
+# 5. Where the video extra is installed: the own-videos index on CUDA against the encoder alone
+#    (benchmarks/own_videos.py --device cuda --parts index; docs/guide/own_videos.rst).
 #
 # Expected wall time on one H200: about 1 minute of tests, under 1 minute for FlexibleOT (most of it compiling),
 # 1-2 minutes to write the data, under 1 minute per run (leg 4: two more runs of under 1 minute each).
@@ -97,11 +97,11 @@ else
   echo "== one GPU: no multi-GPU (torchrun) leg =="
 fi
 
-# 5. Own videos: the extraction (decoding in worker processes, ViT-B-32 created without weights) on CUDA against
+# 5. Own videos: the index (decoding in worker processes, ViT-B-32 created without weights) on CUDA against
 #    the encoder's forward alone on the same frames (benchmarks/own_videos.py; needs the video extra).
 if "$PY" -c "import open_clip, av" 2>/dev/null; then
-  echo "== own videos: extraction on CUDA, frames/s against the encoder alone =="
-  "$PY" benchmarks/own_videos.py --device cuda --videos 48 --batch-size 128 --workers 4 --no-search
+  echo "== own videos: index on CUDA, frames/s against the encoder alone =="
+  "$PY" benchmarks/own_videos.py --device cuda --videos 48 --batch-size 128 --workers 4 --parts index
 else
   echo "== own videos: open_clip or av is not installed (pip install torch torchvision pairs, then .[video]): skipped =="
 fi

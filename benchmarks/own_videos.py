@@ -1,29 +1,36 @@
-"""Own videos: extraction throughput against the encoder alone, and search latency at 1k and 100k videos.
+"""Own videos: index throughput against the encoder alone, adding 1 % of a collection against indexing it all,
+and zero-shot search latency at 1k and 100k videos against the scoring's own matrix product.
 
-1. **Extraction** (``extract``'s own code, :func:`reference_models.holmes.videos.extraction.run_extraction`)
-   on a generated collection written here (``--videos`` videos of ``--seconds`` s at 25 frames per second,
-   ``--size`` pixels), sampled at ``--fps``: frames per second of the decoding and encoding loop, against the
-   limit, the encoder's forward alone on the same frames already decoded in memory, in batches of
-   ``--batch-size`` (ratio extraction / encoder). Decoding alone is printed beside them.
-2. **Search** (:class:`reference_models.holmes.videos.search.GallerySearch`, from query text to the answer with
-   moments, opinion and decision): a checkpoint trained one epoch on that collection answers queries over its
-   gallery tiled to each ``--gallery-sizes`` size, one query at a time and ``--batch`` at once (time per
-   query), with exact scoring and with FAISS candidates (``--faiss`` specs) re-ranked exactly.
+1. **Index** (``index``'s own code, :func:`reference_models.videos.indexing.run_index`) of a generated collection
+   written here (``--videos`` videos of ``--seconds`` s at 25 frames per second, ``--size`` pixels), sampled at
+   ``--fps``: frames per second of the decoding and encoding loop, against the limit, the encoder's forward alone
+   on the same frames already decoded in memory, in batches of ``--batch-size`` (ratio index / encoder).
+2. **Incremental**: ``--incremental-videos`` generated videos indexed from nothing (the full index), then 1 % more
+   videos copied into the folder and ``index`` run again (only they are decoded and encoded; the gallery's files
+   and its zero-shot search index are updated); the ratio add / full.
+3. **Zero-shot search** (:class:`reference_models.videos.answers.Answerer`, the bundled encoder): a gallery of
+   generated videos whose windows are tiled to each ``--gallery-sizes`` size (the cost of a search does not depend
+   on which videos they are); per size, the whole answer (query text -> top ``k`` with moments, opinion,
+   probability and decision) for one query and for ``--batch`` at once, its top-``k`` scoring alone (exact and
+   streamed; FAISS flat candidates re-ranked exactly), and the limit: the matrix product of the query with every
+   window, ``[1, d] x [d, V * W]`` (ratio search / matrix product).
 
-Needs the ``video`` extra (and ``faiss-cpu`` for the FAISS rows). Nothing is downloaded: the encoder is created
-without weights (``--pretrained none``; the cost of a forward does not depend on the weights' values).
+Needs the ``video`` extra (and ``faiss-cpu`` for the FAISS rows). Nothing is downloaded: the index part's encoder
+is created without weights (``--pretrained none``; the cost of a forward does not depend on the weights' values)
+and the search part uses the bundled encoder.
 
 Usage::
 
     OMP_NUM_THREADS=2 python benchmarks/own_videos.py                      # ViT-B-32, 1k and 100k videos
-    python benchmarks/own_videos.py --quick                                # a tiny model, small sizes
-    python benchmarks/own_videos.py --device cuda                          # the extraction on a GPU
+    python benchmarks/own_videos.py --quick                                # a tiny model, small sizes (seconds)
+    python benchmarks/own_videos.py --device cuda                          # the index part on a GPU
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -38,9 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._timing import set_threads, synchronize  # noqa: E402
 
 _TINY = {"embed_dim": 64,
-         "vision_cfg": {"image_size": 64, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16,
-                        "pool_type": "avg"},
-         "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}}
+         "vision_cfg": {"image_size": 48, "layers": 2, "width": 64, "head_width": 32, "patch_size": 8},
+         "text_cfg": {"context_length": 20, "vocab_size": 49408, "width": 64, "heads": 2, "layers": 2}}
 
 
 def _median_s(fn, repeats: int, device: torch.device) -> float:
@@ -54,22 +60,33 @@ def _median_s(fn, repeats: int, device: torch.device) -> float:
     return statistics.median(samples)
 
 
-def extraction(args: argparse.Namespace, work: Path, model: str) -> tuple[Path, dict[str, float]]:
-    from reference_models.holmes.videos.clip_encoder import ClipEncoder
-    from reference_models.holmes.videos.decoding import decode_video
-    from reference_models.holmes.videos.extraction import ExtractionSettings, run_extraction
-    from reference_models.holmes.videos.generated import write_generated_collection
+def encoder_model(args: argparse.Namespace, work: Path) -> str:
+    """``--model``, or with ``--quick`` a tiny configuration written into ``work``."""
+    if not args.quick:
+        return str(args.model)
+    path = work / "tiny.json"
+    path.write_text(json.dumps(_TINY), encoding="utf-8")
+    return str(path)
+
+
+def _settings(args: argparse.Namespace, videos: Path, out: Path, model: str) -> Any:
+    from reference_models.videos.indexing import IndexSettings, Sampling
+
+    return IndexSettings(videos=videos, out=out, model=model, pretrained="none", sampling=Sampling(fps=args.fps),
+                         batch_size=args.batch_size, workers=args.workers, device=args.device)
+
+
+def indexing(args: argparse.Namespace, work: Path, model: str) -> dict[str, float]:
+    from reference_models.videos.clip_encoder import ClipEncoder
+    from reference_models.videos.decoding import decode_video
+    from reference_models.videos.generated import write_generated_collection
+    from reference_models.videos.indexing import run_index
 
     coll = write_generated_collection(work / "coll", n_videos=args.videos, events_per_video=2,
                                       event_seconds=args.seconds / 2, fps=25, size=args.size, seed=0)
     device = torch.device(args.device)
-    root = work / "root"
-    settings = ExtractionSettings(videos=coll.videos_dir, captions=coll.captions_csv, out=root, model=model,
-                                  pretrained="none", fps=args.fps, batch_size=args.batch_size, workers=args.workers,
-                                  device=args.device)
-    report = run_extraction(settings, show_progress=False)
-    extract_fps = report.frames / report.video_seconds
-
+    report = run_index(_settings(args, coll.videos_dir, work / "gallery", model), show_progress=False)
+    index_fps = report.frames / report.video_seconds
     encoder = ClipEncoder(model, "none", device=args.device)
     files = sorted(coll.videos_dir.glob("*.mp4"))
     t0 = time.perf_counter()
@@ -82,120 +99,147 @@ def extraction(args: argparse.Namespace, work: Path, model: str) -> tuple[Path, 
             encoder.encode_frames(frames[i : i + args.batch_size])
 
     encode_all()  # warm-up
-    encode_s = _median_s(encode_all, args.repeats, device)
-    encoder_fps = len(frames) / encode_s
-    print(f"extraction ({model if not model.endswith('.json') else 'tiny config'}, {args.videos} videos of "
-          f"{args.seconds:g} s at 25 fps, {args.size} px, sampled at {args.fps:g} fps -> {report.frames} frames, "
-          f"{args.workers} decoding workers, batch {args.batch_size}, {args.device}, {torch.get_num_threads()} threads)")
-    print(f"  extract loop    {extract_fps:8.1f} frames/s")
+    encoder_fps = len(frames) / _median_s(encode_all, args.repeats, device)
+    name = model if not model.endswith(".json") else "tiny config"
+    print(f"index ({name}, {args.videos} videos of {args.seconds:g} s at 25 fps, {args.size} px, sampled at "
+          f"{args.fps:g} fps -> {report.frames} frames, {args.workers} decoding workers, batch {args.batch_size}, "
+          f"{args.device}, {torch.get_num_threads()} threads)")
+    print(f"  index loop      {index_fps:8.1f} frames/s")
     print(f"  encoder alone   {encoder_fps:8.1f} frames/s  (the limit; median of {args.repeats})")
     print(f"  decoding alone  {decode_fps:8.1f} frames/s  (one process)")
-    print(f"  ratio extract / encoder alone: {extract_fps / encoder_fps:.2f}")
-    return root, {"extract_fps": extract_fps, "encoder_fps": encoder_fps, "decode_fps": decode_fps,
-                  "ratio": extract_fps / encoder_fps, "frames": report.frames}
+    print(f"  ratio index / encoder alone: {index_fps / encoder_fps:.2f}")
+    return {"index_fps": index_fps, "encoder_fps": encoder_fps, "decode_fps": decode_fps,
+            "ratio": index_fps / encoder_fps, "frames": report.frames}
 
 
-def encoder_model(args: argparse.Namespace, work: Path) -> str:
-    """``--model``, or with ``--quick`` the tiny configuration written into ``work``."""
-    if not args.quick:
-        return str(args.model)
-    path = work / "tiny.json"
-    path.write_text(json.dumps(_TINY), encoding="utf-8")
-    return str(path)
+def incremental(args: argparse.Namespace, work: Path, model: str) -> dict[str, float]:
+    from reference_models.videos.generated import write_generated_collection
+    from reference_models.videos.indexing import run_index
+
+    n = args.incremental_videos
+    added = max(1, round(n / 100))
+    coll = write_generated_collection(work / "inc", n_videos=n, seed=1)
+    extra = write_generated_collection(work / "inc-extra", n_videos=max(3, added), seed=2)
+    folder = work / "inc-videos"
+    shutil.copytree(coll.videos_dir, folder)
+    t0 = time.perf_counter()
+    full = run_index(_settings(args, folder, work / "inc-gallery", model), show_progress=False)
+    full_s = time.perf_counter() - t0
+    for i in range(added):
+        shutil.copy(extra.videos_dir / f"video{i:04d}.mp4", folder / f"added{i:04d}.mp4")
+    t0 = time.perf_counter()
+    again = run_index(_settings(args, folder, work / "inc-gallery", model), show_progress=False)
+    add_s = time.perf_counter() - t0
+    assert len(again.encoded) == added and again.search_index["added"] == added
+    print(f"incremental ({n} videos of 4 s at 8 fps indexed from nothing, then {added} added = 1 %; the same model)")
+    print(f"  full index      {full_s:8.2f} s  (encoding {full.video_seconds:.2f} s)")
+    print(f"  add 1 %         {add_s:8.2f} s  (encoding {again.video_seconds:.2f} s, search index "
+          f"{again.search_index['seconds']:.2f} s)")
+    print(f"  ratio add 1% / full index: {add_s / full_s:.3f}")
+    return {"videos": n, "added": added, "full_s": full_s, "add_s": add_s, "ratio": add_s / full_s,
+            "full_encode_s": full.video_seconds, "add_encode_s": again.video_seconds}
 
 
-def trained_search(work: Path, root: Path) -> Any:
-    """A :class:`GallerySearch` over ``root`` with a checkpoint trained one epoch there (``--config clip``)."""
-    import subprocess
-
-    from reference_models.holmes.videos.search import GallerySearch
-
-    run = subprocess.run([sys.executable, "-m", "reference_models.holmes", "train", "--config", "clip", "--epochs", "1",
-                          "--data-root", str(root), "--output-dir", str(work / "run"), "--no-progress", "--device",
-                          "cpu"], capture_output=True, text=True)
-    if run.returncode:
-        raise SystemExit(run.stderr[-2000:])
-    return GallerySearch(work / "run" / "best.pt", root, device="cpu")
+def _tile(answerer: Any, size: int, base: dict[str, Any]) -> None:
+    """Make ``answerer``'s gallery ``size`` videos by repeating its own windows."""
+    reps = -(-size // len(base["ids"]))
+    saved = answerer.saved
+    saved.rows = {name: t.repeat(reps, *([1] * (t.dim() - 1)))[:size] for name, t in base["rows"].items()}
+    saved.video_ids = [f"{v}~{i}" for i in range(reps) for v in base["ids"]][:size]
+    saved.digests = list(saved.video_ids)
+    saved.slots = torch.arange(size)
+    saved.candidates = None
 
 
-def tile(searcher: Any, size: int, base: Any = None) -> None:
-    """Make ``searcher``'s gallery ``size`` videos by repeating its own (the cost of a search does not depend on
-    which videos the embeddings are); ``base``: ``(videos, ids, spans)`` of the original gallery."""
-    from reference_models.holmes.model import VideoEmbeddings
+def search(args: argparse.Namespace, work: Path) -> dict[str, dict[str, float]]:
+    from reference_models.videos.answers import Answerer
+    from reference_models.videos.clip_encoder import BUNDLED_MODEL, BUNDLED_WEIGHTS
+    from reference_models.videos.generated import write_generated_collection
+    from reference_models.videos.indexing import IndexSettings, Sampling, run_index
+    from reference_models.videos.saved_index import TokenCandidates
 
-    videos, ids, spans = base or (searcher.videos, list(searcher.video_ids), searcher.saved["clip_spans"])
-    reps = -(-size // len(ids))
-    searcher.videos = VideoEmbeddings(clip=videos.clip.repeat(reps, 1, 1)[:size],
-                                      frame=videos.frame.repeat(reps, 1, 1)[:size],
-                                      frame_mask=videos.frame_mask.repeat(reps, 1)[:size])
-    searcher.video_ids = [f"{v}~{i}" for i in range(reps) for v in ids][:size]
-    searcher.saved["clip_spans"] = spans.repeat(reps, 1, 1)[:size]
-
-
-def search(args: argparse.Namespace, work: Path, root: Path) -> dict[str, dict[str, float]]:
-    import torch.nn.functional as F
-
-    from evidential_prvr.search import ClipIndex
-
-    searcher = trained_search(work, root)
-    base = (searcher.videos, list(searcher.video_ids), searcher.saved["clip_spans"])
+    coll = write_generated_collection(work / "search-world", n_videos=40 if args.quick else 100, seed=3)
+    run_index(IndexSettings(videos=coll.videos_dir, out=work / "search-gallery", model=BUNDLED_MODEL,
+                            pretrained=BUNDLED_WEIGHTS, captions=coll.captions_csv, sampling=Sampling(fps=2.0),
+                            workers=args.workers), show_progress=False)
+    answerer = Answerer(work / "search-gallery")
+    base = {"rows": dict(answerer.saved.rows), "ids": list(answerer.saved.video_ids)}
     queries = [f"a {c} {s} moves {m}" for c, s, m in
-               zip(["red", "blue", "green", "pink"] * 16, ["square", "circle", "bar", "circle"] * 16,
+               zip(["red", "blue", "green", "pink"] * 16, ["square", "circle", "bar", "ring"] * 16,
                    ["left", "up", "down", "right"] * 16)][: args.batch]
+    windows = base["rows"]["windows"]
+    print(f"zero-shot search (bundled encoder, d = {windows.shape[-1]}, {windows.shape[1]} windows per video; top-{args.k}; "
+          f"median of {args.repeats}; ms per query)")
+    print(f"  {'videos':>8}  {'scoring':<22} {'answer, 1 query':>15} {'answer, batched':>15} {'top-k alone':>11} "
+          f"{'matrix product':>14} {'ratio search / matrix product':>30}")
     out: dict[str, dict[str, float]] = {}
-    print(f"search (query text -> top-{args.k} with moments, opinion, decision; one query and {args.batch} at once; "
-          f"median of {args.repeats}; d = {base[0].clip.shape[-1]}, {base[0].clip.shape[1]} clips per video)")
-    print(f"  {'videos':>8}  {'index':<24} {'one query ms':>12} {'batched ms/query':>17} {'ratio one / exact':>18}")
+    cpu = torch.device("cpu")
     for size in args.gallery_sizes:
-        tile(searcher, size, base)
-        exact_one = None
-        for spec in ["exact", *args.faiss]:
-            searcher.faiss = None if spec == "exact" else ClipIndex(F.normalize(searcher.videos.clip, dim=-1), spec)
-            searcher.search(queries[:1], k=args.k)  # warm-up
-            one = _median_s(lambda: searcher.search(queries[:1], k=args.k), args.repeats, torch.device("cpu"))
-            batched = _median_s(lambda: searcher.search(queries, k=args.k), args.repeats, torch.device("cpu"))
-            exact_one = exact_one or one
-            out[f"{size}/{spec}"] = {"one_ms": 1e3 * one, "batched_ms_per_query": 1e3 * batched / len(queries)}
-            print(f"  {size:>8}  {spec:<24} {1e3 * one:12.1f} {1e3 * batched / len(queries):17.2f} "
-                  f"{one / exact_one:18.2f}")
+        _tile(answerer, size, base)
+        flat = answerer.saved.rows["windows"].reshape(-1, windows.shape[-1])
+        q = answerer.scorer.encode_texts(queries[:1])
+        product = _median_s(lambda: q @ flat.T, args.repeats, cpu)
+        for scoring in ("exact", "faiss flat"):
+            if scoring == "faiss flat":
+                answerer.saved.candidates = TokenCandidates.build(answerer.saved.rows["windows"], answerer.saved.slots)
+                slots = answerer.saved.slot_to_row()
+
+                def top_k() -> None:
+                    c = answerer.saved.candidates.candidates(q, 10, slots)
+                    answerer.scorer.top_k(q, answerer.saved.rows, 10, candidates=c)
+            else:
+                def top_k() -> None:
+                    answerer.scorer.top_k(q, answerer.saved.rows, 10)
+            answerer.answer(queries[:1], k=args.k)  # warm-up
+            one = _median_s(lambda: answerer.answer(queries[:1], k=args.k), args.repeats, cpu)
+            batched = _median_s(lambda: answerer.answer(queries, k=args.k), args.repeats, cpu) / len(queries)
+            scoring_s = _median_s(top_k, args.repeats, cpu)
+            out[f"{size}/{scoring}"] = {"answer_one_ms": 1e3 * one, "answer_batched_ms": 1e3 * batched,
+                                        "top_k_ms": 1e3 * scoring_s, "matrix_product_ms": 1e3 * product,
+                                        "ratio": scoring_s / product}
+            print(f"  {size:>8}  {scoring:<22} {1e3 * one:15.1f} {1e3 * batched:15.2f} {1e3 * scoring_s:11.1f} "
+                  f"{1e3 * product:14.2f} {scoring_s / product:30.2f}")
+        answerer.saved.candidates = None
+    print("  ratio search / matrix product: the top-k scoring alone against the product of the query with every window")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="ViT-B-32", help="open_clip model (default: ViT-B-32)")
+    parser.add_argument("--model", default="ViT-B-32", help="open_clip model of the index parts (default: ViT-B-32)")
     parser.add_argument("--videos", type=int, default=12)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--size", type=int, default=256, help="frame size of the generated videos in pixels")
-    parser.add_argument("--fps", type=float, default=2.0, help="sampling rate of the extraction")
+    parser.add_argument("--fps", type=float, default=2.0, help="sampling rate of the index")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--incremental-videos", type=int, default=200)
     parser.add_argument("--gallery-sizes", type=lambda t: [int(x) for x in t.split(",")], default=[1000, 100_000])
-    parser.add_argument("--faiss", action="append", help="FAISS specs for the candidate rows (default: flat, "
-                                                         "ivf:nlist=1024,nprobe=16)")
     parser.add_argument("--batch", type=int, default=64, help="queries of the batched rows")
     parser.add_argument("-k", type=int, default=5)
-    parser.add_argument("--no-search", action="store_true", help="the extraction part only")
+    parser.add_argument("--parts", default="index,incremental,search", help="which parts to run (default: all)")
     parser.add_argument("--quick", action="store_true", help="a tiny model and small sizes (seconds)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     set_threads(args.threads)
-    if args.faiss is None:
-        args.faiss = ["flat", "ivf:nlist=1024,nprobe=16"]
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = encoder_model(args, work)
         if args.quick:
-            args.videos, args.seconds, args.size, args.repeats = min(args.videos, 8), 4.0, 96, 1
+            args.videos, args.seconds, args.size, args.repeats = min(args.videos, 6), 4.0, 96, 1
+            args.incremental_videos, args.batch = min(args.incremental_videos, 100), min(args.batch, 8)
             args.gallery_sizes = [min(s, 2000) for s in args.gallery_sizes]
-            args.faiss = [s.replace("nlist=1024", "nlist=16") for s in args.faiss]
-        root, ext = extraction(args, work, model)
-        results: dict[str, object] = {"extraction": ext}
-        if not args.no_search:
-            results["search"] = search(args, work, root)
+        results: dict[str, object] = {}
+        if "index" in parts:
+            results["index"] = indexing(args, work, model)
+        if "incremental" in parts:
+            results["incremental"] = incremental(args, work, model)
+        if "search" in parts:
+            results["search"] = search(args, work)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 

@@ -1,7 +1,7 @@
 """``python -m reference_models.compare run|report``: a task's method vs its base over training seeds and
 benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:`/guide/comparisons`).
 
-* ``run --task {holmes,hud,dab} --seeds 0,1,2 --data-seeds 0,1 --out DIR`` trains the runs of those seeds
+* ``run --task {holmes,hud,dab,videos} --seeds 0,1,2 --data-seeds 0,1 --out DIR`` trains the runs of those seeds
   that are not finished (each in ``DIR/runs/data<D>/seed<S>/<variant>``, resumed when interrupted, skipped
   when its ``ranks.json`` is there), then writes the report over every finished run (``--no-report``: not).
   Calls may split the grid (``--seeds 0`` in one, ``--seeds 1`` in another) and share ``DIR``.
@@ -11,7 +11,10 @@ benchmark instances, with a hierarchical-bootstrap interval and a verdict (:doc:
   and draws ``DIR/comparison.png``.  ``--base M`` sets the methods against another of the comparison's methods instead of its base (e.g. Holmes
   with smoothed thresholds against Holmes itself).
 
-This module sits above the tasks: it is the one place that knows all three and the library's statistics
+``--task videos`` sets Holmes trained on a generated world's captions against the zero-shot search of the same
+gallery (:mod:`reference_models.videos.comparison_runner`; needs the ``video`` extra).
+
+This module sits above the tasks: it is the one place that knows all of them and the library's statistics
 (:func:`evidential_prvr.metrics.compare_runs`); the engine (:mod:`reference_models.engine.seed_grid`) keeps the
 task-agnostic half, the tasks their :class:`~reference_models.engine.ComparisonSpec` and per-query ranks.
 """
@@ -37,7 +40,7 @@ __all__ = ["BENCHMARK_NAMES", "SCHEMA", "TASKS", "VERDICT_RULE", "ablation_table
 
 #: The tasks that have a comparison, and the module of each one's runner.
 TASKS = {"holmes": "reference_models.holmes.comparison_runner", "hud": "reference_models.hud.comparison_runner",
-         "dab": "reference_models.dab.comparison_runner"}
+         "dab": "reference_models.dab.comparison_runner", "videos": "reference_models.videos.comparison_runner"}
 #: The ``schema`` field of ``results.json``.
 SCHEMA = "evidential-prvr/comparison/1"
 #: The verdict rule, as written in ``results.json`` (and in :doc:`/guide/comparisons`, before any number).
@@ -50,7 +53,8 @@ METHOD = ("hierarchical (three-level) bootstrap: data instances, then training s
 
 
 #: The named benchmark instances of each task (``--benchmark``); the first is the default (the embedded one).
-BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"), "dab": ("embedded", "msrvtt-regime", "msrvtt-regime-varied")}
+BENCHMARK_NAMES = {"holmes": ("embedded", "tvr-regime", "tvr-regime-sparse"), "hud": ("embedded", "covr-regime"),
+                   "dab": ("embedded", "msrvtt-regime", "msrvtt-regime-varied"), "videos": ("generated-world",)}
 
 
 def runner_for(task: str, *, epochs: int | None = None, scale: float = 1.0,

@@ -1,5 +1,5 @@
 """Command line of the Holmes reference model:
-``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose,extract,search,serve}``.
+``python -m reference_models.holmes {train,evaluate,validate,demo,diagnose}``.
 
 ``train``
     Train on a data root in the MS-SL/GMMFormer layout and write ``<output-dir>/results.json`` with the
@@ -19,18 +19,12 @@
 
 ``diagnose``
     Write an HTML report of a checkpoint's retrieval-time uncertainty (:mod:`reference_models.holmes.diagnose`).
-``extract``
-    Decode a folder of videos, encode frames and captions with an ``open_clip`` CLIP model and write the layout
-    the other commands read (:mod:`reference_models.holmes.videos.extraction`).
-``search``
-    Answer free-text queries over an extracted gallery with a trained checkpoint: top videos, best moments,
-    the query's opinion and type, and answer or rephrase at a risk (:mod:`reference_models.holmes.videos.search`).
 
-``serve``
-    The search as a local HTTP service with a page (:mod:`reference_models.holmes.videos.service`).
-
-Given a ``--data-root`` that ``extract`` wrote, ``--collection`` and ``--visual-feature`` default to the names
-it recorded there.
+Your own videos are indexed, searched and served by ``prvr-videos`` (:mod:`reference_models.videos`); given a
+``--data-root`` that ``prvr-videos index`` wrote, ``--collection``, ``--visual-feature`` and ``--text-feature``
+default to the names it recorded in its ``gallery.json``, so ``train --config clip --data-root ROOT`` adapts
+Holmes to that gallery. The subcommands ``extract``, ``search`` and ``serve`` of version 2 are gone: each is
+refused with one line naming its ``prvr-videos`` successor.
 
 ``train``, ``evaluate`` and ``demo`` also fit the retrieval-time identification thresholds on the ``val`` split
 and report selective retrieval and identification (:mod:`reference_models.holmes.selective`).
@@ -59,16 +53,7 @@ from reference_models.holmes.data import (
     validate_data_root,
     video_overlap_warnings,
 )
-from reference_models.holmes.data.layout import CollectionPaths
-from reference_models.holmes.videos.commands import (
-    add_extract_parser,
-    add_search_parser,
-    add_serve_parser,
-    resolve_data_root,
-    run_extract,
-    run_search,
-    run_serve,
-)
+from reference_models.holmes.data.layout import GALLERY_RECORD, MS_SL_TEXT_FEATURE, CollectionPaths
 
 __all__ = ["main", "build_parser", "run_comparison"]
 
@@ -78,6 +63,8 @@ EXIT_USER_ERROR = EXIT_INVALID_DATA = engine.EXIT_USER_ERROR
 _BATCH_WHY = " (a video's only negatives are the other videos of its batch)"
 #: The demo's output folder when ``--output-dir`` is not given.
 _DEMO_FOLDER = Path("runs/demo")
+#: The own-videos subcommands of version 2, and where each went (``prvr-videos``, :mod:`reference_models.videos`).
+MOVED_COMMANDS = {"extract": "prvr-videos index", "search": "prvr-videos search", "serve": "prvr-videos serve"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,10 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def data_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--data-root", required=True, help="folder holding <collection>/TextData and FeatureData")
-        p.add_argument("--collection", help="collection name (default: the one extract recorded in the data root, "
-                                            "else tvr)")
-        p.add_argument("--visual-feature", help="FeatureData sub-folder (default: the one extract recorded in the "
-                                                "data root, else i3d_resnet)")
+        p.add_argument("--collection", help="collection name (default: the one prvr-videos index recorded in the "
+                                            "data root, else tvr)")
+        p.add_argument("--visual-feature", help="FeatureData sub-folder (default: the one prvr-videos index "
+                                                "recorded in the data root, else i3d_resnet)")
+        p.add_argument("--text-feature", help="text features TextData/<name>_<collection>_query_feat.hdf5 (default: "
+                                              f"the one prvr-videos index recorded, else {MS_SL_TEXT_FEATURE})")
 
     train = sub.add_parser("train", help="train a model and write results.json with the test metrics")
     data_args(train)
@@ -144,20 +133,40 @@ def build_parser() -> argparse.ArgumentParser:
     from reference_models.holmes.diagnose import add_diagnose_parser
 
     add_diagnose_parser(sub, data_args, engine.device_arg)
-    add_extract_parser(sub)
-    add_search_parser(sub)
-    add_serve_parser(sub)
     return parser
+
+
+def resolve_data_root(args: argparse.Namespace) -> None:
+    """Fill ``--collection``, ``--visual-feature`` and ``--text-feature`` left out from the data root's
+    ``gallery.json`` (written by ``prvr-videos index``), else the MS-SL defaults ``tvr``, ``i3d_resnet`` and
+    ``roberta``."""
+    if not hasattr(args, "data_root") or not hasattr(args, "collection"):
+        return
+    path = Path(args.data_root) / GALLERY_RECORD
+    record = engine.read_json_file(path, "--data-root") if path.is_file() else {}
+    if not isinstance(record, dict):
+        raise engine.UserError(f"--data-root {args.data_root}: {GALLERY_RECORD} is not a JSON object")
+    for name, default in (("collection", "tvr"), ("visual_feature", "i3d_resnet"),
+                          ("text_feature", MS_SL_TEXT_FEATURE)):
+        if getattr(args, name) is None:
+            setattr(args, name, str(record.get(name, default)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit status (0 ok, 2 a problem the user can fix)."""
+    import sys
+
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given and given[0] in MOVED_COMMANDS:
+        engine.print_line("error", f"{given[0]} moved in version 3.0: run {MOVED_COMMANDS[given[0]]} (python -m "
+                                   f"reference_models.videos {MOVED_COMMANDS[given[0]].split()[1]}; --help lists its flags)")
+        return engine.EXIT_USER_ERROR
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2): argparse printed it already
         return exc.code if isinstance(exc.code, int) else engine.EXIT_USER_ERROR
     handler = {"train": _train, "evaluate": _evaluate, "validate": _validate, "demo": _demo,
-               "diagnose": _diagnose, "extract": run_extract, "search": run_search, "serve": run_serve}[args.command]
+               "diagnose": _diagnose}[args.command]
     try:
         resolve_data_root(args)
     except engine.UserError as exc:
@@ -169,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- validate -------------------------------------------------------------------------------------
 def _validate(args: argparse.Namespace) -> int:
     try:
-        warnings = validate_data_root(args.data_root, args.collection, args.visual_feature)
+        warnings = validate_data_root(args.data_root, args.collection, args.visual_feature,
+                                      text_feature=args.text_feature)
     except DataValidationError as exc:
         engine.print_line("invalid data root", str(exc))
         return EXIT_INVALID_DATA
@@ -216,8 +226,8 @@ def _config_from_args(args: argparse.Namespace) -> HolmesConfig:
     return cfg
 
 
-def _load_splits(root, collection, feature, cfg: HolmesConfig,
-                 names: Sequence[str]) -> tuple[dict[str, PRVRSplit], str | None]:
+def _load_splits(root, collection, feature, cfg: HolmesConfig, names: Sequence[str],
+                 text_feature: str = MS_SL_TEXT_FEATURE) -> tuple[dict[str, PRVRSplit], str | None]:
     """The named splits, and a note when ``val`` stands in for a missing test caption file (else ``None``).
 
     Only a *missing* test file falls back to ``val`` (MS-SL's TVR has none), with a warning on standard
@@ -229,12 +239,14 @@ def _load_splits(root, collection, feature, cfg: HolmesConfig,
     for name in names:
         if name == "test" and not test_file.exists():
             if "val" not in splits:
-                splits["val"] = load_split(root, collection, feature, "val", max_query_len=cfg.model.max_query_len)
+                splits["val"] = load_split(root, collection, feature, "val", max_query_len=cfg.model.max_query_len,
+                                           text_feature=text_feature)
             splits[name] = splits["val"]
             note = f"no test caption file {test_file}: the val split is reported in place of test"
             engine.print_line("warning", note)
             continue
-        splits[name] = load_split(root, collection, feature, name, max_query_len=cfg.model.max_query_len)
+        splits[name] = load_split(root, collection, feature, name, max_query_len=cfg.model.max_query_len,
+                                  text_feature=text_feature)
     return splits, note
 
 
@@ -257,7 +269,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = _config_from_args(args)
     with engine.process_group_from_environment(args.device, args.dist_timeout) as run:  # under torchrun
         data = (args.data_root, args.collection, args.visual_feature)
-        splits, test_note = _load_splits(*data, cfg, ("train", "val", "test"))
+        splits, test_note = _load_splits(*data, cfg, ("train", "val", "test"), args.text_feature)
         if run.is_writer:
             _warn_shared_videos(splits, *data)
         out = Path(args.output_dir)
@@ -388,7 +400,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as exc:
         raise engine.CheckpointError(args.checkpoint, f"its config is not valid here ({exc})") from None
     names = tuple(dict.fromkeys(("val", args.split)))  # val: the identification thresholds are fitted there
-    splits, note = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, names)
+    splits, note = _load_splits(args.data_root, args.collection, args.visual_feature, cfg, names, args.text_feature)
     split = splits[args.split]
     if (split.visual_dim, split.text_dim) != (state["visual_dim"], state["text_dim"]):
         raise engine.UserError(f"checkpoint {args.checkpoint} expects (D_v, D_t) = ({state['visual_dim']}, "

@@ -19,7 +19,7 @@ Presets (:func:`preset`):
 ``embedded``
     Tuned for the small embedded benchmark on two CPU cores (hidden size 64, few epochs, short stages).
 ``clip``
-    For the CLIP features that ``extract`` writes from your own videos (frame and token widths of the
+    For the CLIP features that ``prvr-videos index`` writes from your own videos (frame and token widths of the
     encoder, read from the data): the embedded recipe with hidden size 128, CLIP's whole 77-token context
     and 60 epochs.
 
@@ -470,7 +470,7 @@ def _embedded() -> HolmesConfig:
 
 
 def _clip() -> HolmesConfig:
-    # Features from ``extract`` (CLIP frame and token features, 512-d for ViT-B-32, 768-d for ViT-L-14; the
+    # Features from ``prvr-videos index`` (CLIP frame and token features, 512-d for ViT-B-32, 768-d for ViT-L-14; the
     # widths are read from the data) on a collection of your own: the embedded preset's recipe, a wider
     # hidden size for the wider inputs, and CLIP's whole 77-token context kept.
     base = _embedded()

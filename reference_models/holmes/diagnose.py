@@ -121,6 +121,7 @@ def _load(args: argparse.Namespace):
     except Exception as exc:  # unreadable file, foreign pickle, missing keys: all one line, exit 2
         return f"{args.checkpoint}: not a checkpoint of the reference model ({type(exc).__name__}: {exc})"
     load = lambda name: load_split(args.data_root, args.collection, args.visual_feature, name,  # noqa: E731
+                                   text_feature=args.text_feature,
                                    max_query_len=cfg.model.max_query_len, n_clips=dims[2], n_frames=dims[3])
     val = load("val")
     test_file = CollectionPaths(args.data_root, args.collection, args.visual_feature).caption_file("test")

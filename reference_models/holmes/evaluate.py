@@ -25,11 +25,11 @@ trainer.
 
 **Large galleries** (``index=``). By default the ``[Q, V]`` score matrices are built (in blocks). With
 ``index="exact"`` only each query's top-k is kept, streamed over blocks of queries × videos
-(:func:`reference_models.holmes.scoring.search_gallery`): R@K, per-type R@1 and the retrieval-time
+(:func:`reference_models.holmes.scoring.exact_top_k`): R@K, per-type R@1 and the retrieval-time
 opinions are the default's, bit for bit. With ``index="faiss"`` or ``"faiss:TYPE"`` (``TYPE`` an
 :class:`evidential_prvr.search.IndexSpec` string: ``flat``, ``ivf``, ``ivfpq``, ``hnsw``, with parameters) the
 candidates come from a FAISS index over the clips and are re-ranked exactly
-(:func:`reference_models.holmes.scoring.index_search`). The whole-gallery identification above needs every
+(:func:`reference_models.holmes.scoring.faiss_reranked_top_k`). The whole-gallery identification above needs every
 video's score, so with an index it is computed only when ``identify_chunk`` is given, on
 ``identify_chunk × V`` blocks of rows (a second pass over the gallery).
 """
@@ -54,9 +54,9 @@ from reference_models.holmes.model import HolmesModel, Similarities, VideoEmbedd
 from reference_models.holmes.scoring import (
     encode_all_queries,
     encode_all_videos,
-    index_search,
+    exact_top_k,
+    faiss_reranked_top_k,
     score_matrix,
-    search_gallery,
 )
 
 __all__ = [
@@ -162,13 +162,13 @@ def _search(model: nn.Module, videos: VideoEmbeddings, queries: torch.Tensor, gt
     info: dict[str, Any] = {"index": index, "k": k, "num_candidates": None, "index_build_seconds": 0.0}
     if backend == "exact":
         optim = config.optim
-        return search_gallery(model, videos, queries, k=k, target=gt, query_chunk=optim.score_chunk,  # type: ignore[arg-type]
+        return exact_top_k(model, videos, queries, k=k, target=gt, query_chunk=optim.score_chunk,  # type: ignore[arg-type]
                               video_chunk=optim.eval_video_batch), info
     start = time.perf_counter()
     built = ClipIndex(videos.clip, spec)  # type: ignore[arg-type]
     info["index_build_seconds"] = time.perf_counter() - start
     info["num_candidates"] = max(k, num_candidates or k)
-    return index_search(model, videos, queries, built, k=k, num_candidates=info["num_candidates"], target=gt), info  # type: ignore[arg-type]
+    return faiss_reranked_top_k(model, videos, queries, built, k=k, num_candidates=info["num_candidates"], target=gt), info  # type: ignore[arg-type]
 
 
 def _identify_blocks(model: nn.Module, identifier: UncertaintyGuidedIdentifier, videos: VideoEmbeddings,

@@ -4,9 +4,9 @@
 holding more than a ``query_chunk × video_chunk × M`` block of the query × video × position tensor: for each
 block it does one matrix product and a (masked) max over positions. It returns the ``[Q, V]`` matrices.
 
-For galleries where ``[Q, V]`` is too large, :func:`search_gallery` keeps only each query's top-k (the
+For galleries where ``[Q, V]`` is too large, :func:`exact_top_k` keeps only each query's top-k (the
 library's streamed :func:`evidential_prvr.search.gallery_search`, same blocks, the same scores bit for
-bit), and :func:`index_search` takes the candidates from a FAISS index over the clips
+bit), and :func:`faiss_reranked_top_k` takes the candidates from a FAISS index over the clips
 (:class:`evidential_prvr.search.ClipIndex`) and re-ranks them exactly.
 """
 
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from evidential_prvr.search import ClipIndex, SearchResult, SearchScoring, gallery_search
 from reference_models.holmes.model import HolmesModel, Similarities, VideoEmbeddings, max_over_positions
 
-__all__ = ["score_matrix", "search_gallery", "index_search", "encode_all_videos", "encode_all_queries"]
+__all__ = ["score_matrix", "exact_top_k", "faiss_reranked_top_k", "encode_all_videos", "encode_all_queries"]
 
 
 def _positive_int(value: object, name: str) -> int:
@@ -95,7 +95,7 @@ def _branch_arguments(model: HolmesModel, video_embeddings: VideoEmbeddings) -> 
 
 
 @torch.no_grad()
-def search_gallery(
+def exact_top_k(
     model: HolmesModel,
     video_embeddings: VideoEmbeddings,
     queries: torch.Tensor,
@@ -119,7 +119,7 @@ def search_gallery(
 
 
 @torch.no_grad()
-def index_search(
+def faiss_reranked_top_k(
     model: HolmesModel,
     video_embeddings: VideoEmbeddings,
     queries: torch.Tensor,

@@ -1,9 +1,12 @@
 """Own videos, the service: every bad input gets a 4xx and one line and the next good query is answered; queries
 batched across concurrent requests answer as one by one; a bounded load; the serve command stops by itself;
-the page in headless Chromium shows the expected video first and the rephrase notice."""
+the page in headless Chromium, zero-shot and with a trained checkpoint, from the keyboard: the expected video
+first, the calibrated percentage beside the decision, the query type in words, and "not calibrated" where the
+gallery has no held-out captions."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -24,31 +27,33 @@ flask = pytest.importorskip("flask", reason="the video extra (flask) is not inst
 
 from werkzeug.serving import make_server  # noqa: E402
 
-from reference_models.holmes.videos.generated import GENERIC_CAPTIONS  # noqa: E402
-from reference_models.holmes.videos.search import GallerySearch  # noqa: E402
-from reference_models.holmes.videos.service import QueryBatcher, create_app, gallery_thumbnails  # noqa: E402
+from reference_models.videos.answers import Answerer  # noqa: E402
+from reference_models.videos.generated import GENERIC_CAPTIONS  # noqa: E402
+from reference_models.videos.service import QueryBatcher, create_app, gallery_thumbnails  # noqa: E402
 from tests.own_videos.helpers import cli_env, held_out_captions  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def searcher(trained: dict[str, Path]) -> GallerySearch:
-    return GallerySearch(trained["run"] / "best.pt", trained["root"])
-
-
-@pytest.fixture(scope="module")
-def service(searcher: GallerySearch) -> Iterator[dict[str, Any]]:
-    """The app on a free loopback port in a thread, stopped after the module's tests."""
-    batcher = QueryBatcher(searcher, window_s=0.005)
-    app = create_app(batcher, gallery_thumbnails(searcher))
+@contextlib.contextmanager
+def _serving(answerer: Answerer) -> Iterator[dict[str, Any]]:
+    """The app of ``answerer`` on a free loopback port in a thread, stopped at the end."""
+    batcher = QueryBatcher(answerer, window_s=0.005)
+    app = create_app(batcher, gallery_thumbnails(answerer.gallery))
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield {"port": server.server_port, "batcher": batcher, "searcher": searcher}
+        yield {"port": server.server_port, "batcher": batcher, "searcher": answerer}
     finally:
         server.shutdown()
         thread.join(timeout=10)
         batcher.close()
+
+
+@pytest.fixture(scope="module")
+def service(gallery: dict[str, Path]) -> Iterator[dict[str, Any]]:
+    """The zero-shot service of the calibrated gallery, for the module's tests."""
+    with _serving(Answerer(gallery["root"])) as served:
+        yield served
 
 
 def _request(port: int, method: str, path: str, body: bytes | None = None,
@@ -101,7 +106,8 @@ def test_every_bad_input_gets_a_4xx_with_one_line_and_the_service_keeps_answerin
     status, body = _search(port, {"query": "a blue square moves up", "k": 3, "risk": 0.5})
     assert status == 200 and len(body["answers"][0]["results"]) == 3
     status, data, kind = _request(port, "GET", "/health")
-    assert status == 200 and json.loads(data)["status"] == "ok"
+    health = json.loads(data)
+    assert status == 200 and health["status"] == "ok" and health["mode"] == "zero-shot" and health["calibrated"]
 
 
 def test_thumbnails_and_page_are_served_from_the_gallery_and_the_package(service: dict[str, Any]) -> None:
@@ -120,7 +126,7 @@ def test_thumbnails_and_page_are_served_from_the_gallery_and_the_package(service
 def test_concurrent_queries_are_batched_and_answered_as_one_by_one(service: dict[str, Any]) -> None:
     port, searcher, batcher = service["port"], service["searcher"], service["batcher"]
     queries = [s for _, s in held_out_captions(searcher.root)[:24]]
-    alone = {q: [h.video for h in searcher.search([q], k=5, risk=0.3)[0].results] for q in queries}
+    alone = {q: [h.video for h in searcher.answer([q], k=5, risk=0.3)[0].results] for q in queries}
     before = (batcher.batches, batcher.answered)
     with ThreadPoolExecutor(max_workers=12) as pool:
         replies = list(pool.map(lambda q: _search(port, {"query": q, "k": 5, "risk": 0.3}), queries * 4))
@@ -141,15 +147,15 @@ def test_a_bounded_load_has_no_error(service: dict[str, Any]) -> None:
     assert statuses == [200] * 200
 
 
-def test_the_serve_command_binds_loopback_and_stops_after_n_requests(trained: dict[str, Path]) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "reference_models.holmes", "serve", "--checkpoint",
-                             str(trained["run"] / "best.pt"), "--gallery", str(trained["root"]), "--port", "0",
-                             "--stop-after", "2", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def test_the_serve_command_binds_loopback_and_stops_after_n_requests(gallery: dict[str, Path]) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "reference_models.videos", "serve", "--gallery",
+                             str(gallery["root"]), "--port", "0", "--stop-after", "2", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**cli_env(), "OMP_NUM_THREADS": "1"})
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert "on http://127.0.0.1:" in line, line + (proc.stderr.read() if proc.stderr else "")
+        assert "(zero-shot) on http://127.0.0.1:" in line, line + (proc.stderr.read() if proc.stderr else "")
         port = int(line.rsplit(":", 1)[1].split("/")[0])
         assert _request(port, "GET", "/health")[0] == 200
         assert _search(port, {"query": "a red circle moves left"})[0] == 200
@@ -179,47 +185,99 @@ def _chromium() -> Any:
     return driver
 
 
-def test_the_page_in_chromium_ranks_the_expected_video_first_and_asks_to_rephrase_a_generic_query(
-        service: dict[str, Any], tmp_path: Path) -> None:
+def _ask(driver: Any, text: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
-    searcher = service["searcher"]
-    captions = held_out_captions(searcher.root)
-    # a held-out caption that the model ranks right (what the page must then show first)
-    specific = next(((cid.split("#")[0], s) for cid, s in captions if s not in GENERIC_CAPTIONS
-                     and searcher.search([s], k=5, risk=0.5)[0].results[0].video == cid.split("#")[0]), None)
-    assert specific is not None, "no held-out caption ranked right: the end-to-end test reports the model's recall"
-    generic = next(s for _, s in captions if s in GENERIC_CAPTIONS)
+    driver.execute_script("document.body.dataset.state = ''")
+    box = driver.find_element(By.ID, "query")
+    box.clear()
+    box.send_keys(text, Keys.ENTER)  # the keyboard alone
+    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
+
+
+def _open_page(driver: Any, port: int, risk: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(f"http://127.0.0.1:{port}/")
+    box = driver.find_element(By.ID, "query")
+    assert driver.switch_to.active_element == box  # the query box has the focus: type at once
+    WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "mode").text != "")
+    field = driver.find_element(By.ID, "risk")
+    field.clear()
+    field.send_keys(risk)
+    box.click()
+
+
+def _ranked_right(searcher: Answerer) -> tuple[str, str]:
+    """A held-out caption (not a generic one) whose video the search ranks first: what the page must show first."""
+    captions = [(cid.split("#")[0], s) for cid, s in held_out_captions(searcher.root) if s not in GENERIC_CAPTIONS]
+    answers = searcher.answer([s for _, s in captions], k=5, risk=0.5)
+    found = next(((vid, s) for (vid, s), a in zip(captions, answers) if a.results[0].video == vid), None)
+    assert found is not None, "no held-out caption ranked first: the search tests report the recall"
+    return found
+
+
+@pytest.mark.timeout(900)  # the trained mode may run the session's training (conftest.trained)
+@pytest.mark.parametrize("mode", ["zero-shot", "trained"])
+def test_the_page_in_chromium_shows_the_expected_video_first_and_the_calibrated_chance(
+        mode: str, service: dict[str, Any], request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
     driver = _chromium()
     try:
-        driver.get(f"http://127.0.0.1:{service['port']}/")
-        box = driver.find_element(By.ID, "query")
-        assert driver.switch_to.active_element == box  # the query box has the focus: type at once
-        risk = driver.find_element(By.ID, "risk")
-        risk.clear()
-        risk.send_keys("0.5")  # a risk that the validation captions can meet (the end-to-end test's)
+        with contextlib.ExitStack() as stack:
+            if mode == "zero-shot":
+                served = service
+            else:
+                checkpoint = request.getfixturevalue("trained")
+                served = stack.enter_context(_serving(Answerer(service["searcher"].root, checkpoint=checkpoint)))
+            searcher = served["searcher"]
+            video, caption = _ranked_right(searcher)
+            _open_page(driver, served["port"], "0.5")
+            expected_mode = "zero-shot" if mode == "zero-shot" else "trained checkpoint"
+            assert expected_mode in driver.find_element(By.ID, "mode").text
+            assert "calibrated on held-out captions" in driver.find_element(By.ID, "mode").text
+            _ask(driver, caption)
+            items = driver.find_elements(By.CSS_SELECTOR, "#results li")
+            assert len(items) == 5 and items[0].get_attribute("data-video") == video
+            assert "moment" in items[0].text and " s" in items[0].text and "score" in items[0].text
+            verdict = driver.find_element(By.ID, "verdict")
+            answer = searcher.answer([caption], k=5, risk=0.5)[0]
+            shown = f"{round(100 * answer.probability)} % chance that the right video is among these 5"
+            if 0.005 <= answer.probability < 0.995:
+                assert shown in verdict.text, verdict.text
+            assert verdict.text.split(":")[0] == ("Answer" if answer.decision == "answer" else "Rephrase")
+            assert float(verdict.get_attribute("data-probability")) == pytest.approx(answer.probability)
+            kind = driver.find_element(By.ID, "query-type").text
+            assert kind.startswith("Query type: ") and answer.query_type_meaning in kind, kind
+            WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+                "return [...document.querySelectorAll('#results img')].every(i => i.complete && i.naturalWidth > 0)"))
+            if mode == "zero-shot":
+                shot = Path(os.environ.get("OWN_VIDEOS_SCREENSHOT", tmp_path / "page.png"))
+                driver.save_screenshot(str(shot))
+                assert shot.stat().st_size > 10_000
+                generic = next(s for _, s in held_out_captions(searcher.root) if s in GENERIC_CAPTIONS)
+                _ask(driver, generic)
+                assert driver.find_element(By.ID, "verdict").text.split(":")[0] in ("Answer", "Rephrase")
+    finally:
+        driver.quit()
 
-        def ask(text: str) -> None:
-            driver.execute_script("document.body.dataset.state = ''")
-            box.clear()
-            box.send_keys(text, Keys.ENTER)  # the keyboard alone
-            WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
 
-        ask(generic)
-        verdict = driver.find_element(By.ID, "verdict").text
-        assert verdict.startswith("Rephrase:") and "underdetermined" in verdict, verdict
-        ask(specific[1])
-        items = driver.find_elements(By.CSS_SELECTOR, "#results li")
-        assert len(items) == 5
-        assert items[0].get_attribute("data-video") == specific[0]
-        assert "moment" in items[0].text and " s" in items[0].text and "score" in items[0].text
-        WebDriverWait(driver, 30).until(lambda d: d.execute_script(
-            "return [...document.querySelectorAll('#results img')].every(i => i.complete && i.naturalWidth > 0)"))
-        assert driver.find_element(By.ID, "verdict").text.split(":")[0] in ("Answer", "Rephrase")
-        shot = Path(os.environ.get("OWN_VIDEOS_SCREENSHOT", tmp_path / "page.png"))
-        driver.save_screenshot(str(shot))
-        assert shot.stat().st_size > 10_000
+def test_the_page_of_an_uncalibrated_gallery_says_not_calibrated(uncalibrated: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = _chromium()
+    try:
+        with _serving(Answerer(uncalibrated)) as served:
+            _open_page(driver, served["port"], "0.2")
+            assert "not calibrated" in driver.find_element(By.ID, "mode").text
+            _ask(driver, "a red circle")
+            verdict = driver.find_element(By.ID, "verdict").text
+            assert verdict.startswith("Not calibrated:") and "%" not in verdict, verdict
+            assert len(driver.find_elements(By.CSS_SELECTOR, "#results li")) == 5
     finally:
         driver.quit()

@@ -248,7 +248,7 @@ def test_comparison_specs_name_their_headline_metrics():
     assert T2VTask.comparison.headline == ("R@1", "MnR") and T2VTask.comparison.sets == ("test", "test_all")
     with pytest.raises(ValueError, match="headline"):
         grid.ComparisonSpec("a", "b", headline=("SumR",), metrics=("R@1",), ks=(1,))
-    assert set(cli.TASKS) == {"holmes", "hud", "dab"}
+    assert set(cli.TASKS) == {"holmes", "hud", "dab", "videos"}
     assert Path(cli.__file__).name == "compare.py"
 
 

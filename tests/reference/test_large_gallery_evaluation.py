@@ -13,7 +13,7 @@ from reference_models.holmes.data import generate_embedded_benchmark, load_split
 from reference_models.holmes.evaluate import evaluate_retrieval, parse_index
 from reference_models.holmes.factory import build_model
 from reference_models.holmes.objective import HolmesObjective
-from reference_models.holmes.scoring import score_matrix, search_gallery
+from reference_models.holmes.scoring import exact_top_k, score_matrix
 from reference_models.holmes.selective import fit_retrieval_uncertainty
 from tests.reference.data_helpers import COLLECTION, TINY_SPEC
 
@@ -78,7 +78,7 @@ def test_search_gallery_scores_are_those_of_score_matrix(setup):
                                  torch.rand(31, 8, generator=gen) < 0.8)
     queries = torch.randn(13, cfg.model.hidden_size, generator=gen)
     sims = score_matrix(model, videos, queries, query_chunk=5, video_chunk=7)
-    res = search_gallery(model, videos, queries, k=31, query_chunk=5, video_chunk=7, target=torch.arange(13))
+    res = exact_top_k(model, videos, queries, k=31, query_chunk=5, video_chunk=7, target=torch.arange(13))
     # Two code paths with other matrix shapes: equal to float32 rounding, not bit for bit (other GEMM blocks).
     tol = {"rtol": 0.0, "atol": 64 * torch.finfo(torch.float32).eps * float(sims.score.abs().max())}
     torch.testing.assert_close(res.scores, sims.score.sort(dim=1, descending=True).values, **tol)

@@ -3,9 +3,13 @@
 ::
 
     <root>/<collection>/TextData/<collection>{train,val,test}.caption.txt
-    <root>/<collection>/TextData/roberta_<collection>_query_feat.hdf5
+    <root>/<collection>/TextData/<text feature>_<collection>_query_feat.hdf5   (MS-SL: roberta_<collection>_...)
     <root>/<collection>/FeatureData/<feature>/feature.hdf5                    (HDF5 layout), or
     <root>/<collection>/FeatureData/<feature>/{feature.bin,id.txt,shape.txt,video2frames.txt}   (BigFile)
+
+The text feature's name is ``roberta`` in the lineage's releases (MS-SL's RoBERTa token features); a gallery
+that ``prvr-videos index`` wrote names its CLIP token features after its encoder and records the name in its
+``gallery.json`` (:data:`GALLERY_RECORD`), where the commands find it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from reference_models.engine.errors import DataValidationError
 __all__ = [
     "SPLITS",
     "BIGFILE_NAMES",
+    "GALLERY_RECORD",
+    "MS_SL_TEXT_FEATURE",
     "CollectionPaths",
     "Caption",
     "video_id_of",
@@ -29,15 +35,20 @@ __all__ = [
 
 SPLITS = ("train", "val", "test")
 BIGFILE_NAMES = ("feature.bin", "id.txt", "shape.txt", "video2frames.txt")
+#: The record of a data root written by ``prvr-videos index``: its collection, visual and text feature names.
+GALLERY_RECORD = "gallery.json"
+#: The text feature of the MS-SL lineage's releases, RoBERTa token features in ``roberta_<collection>_query_feat.hdf5``.
+MS_SL_TEXT_FEATURE = "roberta"
 
 
 @dataclass(frozen=True)
 class CollectionPaths:
-    """Every path of one collection and visual feature under a data root."""
+    """Every path of one collection, visual feature and text feature under a data root."""
 
     data_root: Path
     collection: str
     visual_feature: str
+    text_feature: str = MS_SL_TEXT_FEATURE
 
     @property
     def collection_dir(self) -> Path:
@@ -53,7 +64,8 @@ class CollectionPaths:
 
     @property
     def text_features(self) -> Path:
-        return self.text_dir / f"roberta_{self.collection}_query_feat.hdf5"
+        """``TextData/<text feature>_<collection>_query_feat.hdf5``."""
+        return self.text_dir / f"{self.text_feature}_{self.collection}_query_feat.hdf5"
 
     @property
     def feature_dir(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import torch
 from reference_models.engine.errors import DataValidationError
 from reference_models.engine.fingerprint import fingerprint_differences
 from reference_models.holmes.data.features import HDF5Reader, open_visual_reader
-from reference_models.holmes.data.layout import SPLITS, CollectionPaths, read_captions
+from reference_models.holmes.data.layout import MS_SL_TEXT_FEATURE, SPLITS, CollectionPaths, read_captions
 from reference_models.holmes.data.sampling import BOUNDARY_MODES, l2_normalize, pool_segments, sample_frames
 from reference_models.holmes.data.visual_formats import VisualReader
 
@@ -168,6 +169,7 @@ def load_split(
     n_clips: int = 32,
     n_frames: int = 128,
     boundaries: str = "release",
+    text_feature: str = MS_SL_TEXT_FEATURE,
 ) -> PRVRSplit:
     """Read a split's caption file and set up lazy access to its features.
 
@@ -183,6 +185,9 @@ def load_split(
         ``M_c`` (clip segments) and ``M_f`` (maximum frames).
     boundaries : {"release", "inclusive"}
         Pooling boundary convention; ``"release"`` matches the public MS-SL/GMMFormer code.
+    text_feature : str
+        Name of the text features: ``TextData/<text_feature>_<collection>_query_feat.hdf5`` (``roberta`` in the
+        lineage's releases; a gallery of ``prvr-videos index`` records its own in ``gallery.json``).
 
     Returns
     -------
@@ -201,7 +206,7 @@ def load_split(
     _check_int(max_query_len, "max_query_len")
     _check_int(n_clips, "n_clips")
     _check_int(n_frames, "n_frames")
-    paths = CollectionPaths(Path(data_root), collection, visual_feature)
+    paths = CollectionPaths(Path(data_root), collection, visual_feature, text_feature)
     captions = read_captions(paths.caption_file(split))
 
     video_index: dict[str, int] = {}
@@ -250,11 +255,14 @@ def load_gallery(
     n_clips: int = 32,
     n_frames: int = 128,
     boundaries: str = "release",
+    text_feature: str = MS_SL_TEXT_FEATURE,
+    video_ids: Sequence[str] | None = None,
 ) -> PRVRSplit:
     """Every video of an HDF5 feature file (``feature.hdf5``) as a split without captions, in key order.
 
-    What ``search`` encodes: the whole collection, also the videos no caption file names. The arguments are
-    those of :func:`load_split`.
+    What a search with a trained checkpoint encodes: the whole collection, also the videos no caption file
+    names; ``video_ids``: only these videos, in this order (the ones a saved search index does not hold yet).
+    The other arguments are those of :func:`load_split`.
 
     Raises
     ------
@@ -265,17 +273,24 @@ def load_gallery(
 
     _check_int(n_clips, "n_clips")
     _check_int(n_frames, "n_frames")
-    paths = CollectionPaths(Path(data_root), collection, visual_feature)
+    paths = CollectionPaths(Path(data_root), collection, visual_feature, text_feature)
     if not paths.feature_hdf5.is_file():
         raise DataValidationError(paths.feature_hdf5, "missing file")
     try:
         with h5py.File(paths.feature_hdf5, "r") as f:
-            video_ids = sorted(f.keys())
-            visual_dim = int(f[video_ids[0]].shape[1]) if video_ids else 0
+            stored = sorted(f.keys())
+            visual_dim = int(f[stored[0]].shape[1]) if stored else 0
     except OSError as exc:
         raise DataValidationError(paths.feature_hdf5, f"cannot open HDF5 file ({exc})") from None
-    if not video_ids:
+    if not stored:
         raise DataValidationError(paths.feature_hdf5, "holds no video")
+    if video_ids is None:
+        video_ids = stored
+    else:
+        missing = sorted(set(video_ids) - set(stored))
+        if missing:
+            raise DataValidationError(paths.feature_hdf5, f"holds no video {missing[0]!r}")
+        video_ids = list(video_ids)
     return PRVRSplit(
         collection=collection, split="gallery", video_ids=video_ids, caption_ids=[],
         caption_video_index=torch.zeros(0, dtype=torch.int64), video_caption_indices=[],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from reference_models.engine.errors import DataValidationError
 from reference_models.holmes.data.hdf5_format import check_hdf5_entries
-from reference_models.holmes.data.layout import SPLITS, Caption, CollectionPaths, read_captions
+from reference_models.holmes.data.layout import MS_SL_TEXT_FEATURE, SPLITS, Caption, CollectionPaths, read_captions
 from reference_models.holmes.data.visual_formats import detect_visual_format
 
 __all__ = ["validate_data_root", "video_overlap_warnings"]
@@ -44,13 +44,15 @@ def video_overlap_warnings(
 
 
 def validate_data_root(
-    data_root: str | Path, collection: str, visual_feature: str, *, splits: Sequence[str] | None = None
+    data_root: str | Path, collection: str, visual_feature: str, *, splits: Sequence[str] | None = None,
+    text_feature: str = MS_SL_TEXT_FEATURE,
 ) -> list[str]:
     """Check a PRVR data root and raise :class:`DataValidationError` on the first problem found.
 
     Checks that the caption files parse (UTF-8, a leading byte-order mark allowed; ``train`` and ``val``
     must exist; ``test`` is checked when present, or required when listed in ``splits``), that every caption
-    has a numeric 2-D token array in the RoBERTa file with one common ``D_t``, that the visual features
+    has a numeric 2-D token array in the text-feature file (``text_feature``: ``roberta`` for the
+    lineage's releases) with one common ``D_t``, that the visual features
     (``feature.hdf5`` or a BigFile) exist, are complete (``feature.bin`` is exactly ``N x D`` float32,
     ``shape.txt`` holds exactly ``N D``, no video id is listed twice in ``video2frames.txt``) and cover every
     video with one common ``D_v``, and that every feature value is finite (this reads all features once).
@@ -65,13 +67,15 @@ def validate_data_root(
     data_root, collection, visual_feature : str or Path
     splits : sequence of str, optional
         Splits whose caption files must exist. Default: train and val, plus test when its file exists.
+    text_feature : str
+        Name of the text features (``TextData/<text_feature>_<collection>_query_feat.hdf5``).
 
     Raises
     ------
     DataValidationError
         A one-line message ``"<file>: <problem>"``.
     """
-    paths = CollectionPaths(Path(data_root), collection, visual_feature)
+    paths = CollectionPaths(Path(data_root), collection, visual_feature, text_feature)
     if not paths.collection_dir.is_dir():
         raise DataValidationError(paths.collection_dir, "missing collection directory")
     if splits is None:

@@ -1,23 +1,23 @@
-"""The captions ``extract`` reads: an MS-SL caption file or a CSV, checked line by line, with a split per video.
+"""The captions ``index`` reads: an MS-SL caption file or a CSV, checked line by line, with a split per video.
 
 * MS-SL caption files: one ``<video_id>#enc#<n> <sentence>`` per line (the caption id is kept).
 * CSV with a header naming ``video`` and ``caption`` (and optionally ``split``: train, val or test); caption
   ids are made as MS-SL's, ``<video>#enc#<n>`` in file order per video.
 
 A problem in one line (a caption for a video that is not in the folder, a duplicate caption id, a bad split,
-an empty caption) drops that caption and is reported; it never stops the extraction. Videos without a
-``split`` are divided by a seeded shuffle into train, val and test (70 / 15 / 15 %, at least one video each
-when there are three or more).
+an empty caption) drops that caption and is reported; it never stops the indexing. Videos without a
+``split`` are divided into train, val and test (70 / 15 / 15 %) by a seeded hash of their id, so that a video
+keeps its split when others are added or removed (with three videos or more, a split that the hash leaves
+empty gets the train videos of highest hash).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from reference_models.holmes.data.layout import SPLITS, parse_caption_line, read_utf8_text
 
@@ -100,19 +100,29 @@ def read_caption_input(path: str | Path, videos: set[str]) -> tuple[list[InputCa
     return captions, problems
 
 
-def assign_splits(captions: list[InputCaption], seed: int) -> list[InputCaption]:
-    """Every caption with a split: the file's, else its video's draw (:data:`SPLIT_FRACTIONS`, seeded).
+def _unit_hash(seed: int, video_id: str) -> float:
+    """A number in [0, 1) drawn from ``(seed, video_id)`` alone."""
+    digest = hashlib.sha256(f"{seed}\n{video_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
 
-    A video's captions all land in one split; a video given a split by one line keeps it for all its lines.
+
+def assign_splits(captions: list[InputCaption], seed: int) -> list[InputCaption]:
+    """Every caption with a split: the file's, else its video's by a seeded hash of its id (:data:`SPLIT_FRACTIONS`).
+
+    A video's captions all land in one split; a video given a split by one line keeps it for all its lines. A
+    video's drawn split depends on the seed and its id only (it stays when videos come and go), except that with
+    three videos or more a split the hash leaves empty gets the train videos of highest hash.
     """
     given = {c.video_id: c.split for c in captions if c.split is not None}
     free = sorted({c.video_id for c in captions} - set(given))
-    order = [free[i] for i in np.random.default_rng(seed).permutation(len(free))]
-    n = len(order)
-    n_val = max(1, round(SPLIT_FRACTIONS[1] * n)) if n >= 3 else 0
-    n_test = max(1, round(SPLIT_FRACTIONS[2] * n)) if n >= 3 else 0
-    drawn = {v: "train" for v in order[: n - n_val - n_test]}
-    drawn.update({v: "val" for v in order[n - n_val - n_test : n - n_test]})
-    drawn.update({v: "test" for v in order[n - n_test :]})
+    u = {v: _unit_hash(seed, v) for v in free}
+    cut_train, cut_val = SPLIT_FRACTIONS[0], SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]
+    drawn = {v: "train" if u[v] < cut_train else "val" if u[v] < cut_val else "test" for v in free}
+    if len(free) >= 3:
+        for split in ("val", "test"):
+            if split not in drawn.values():
+                spare = sorted((v for v in free if drawn[v] == "train"), key=lambda v: u[v])
+                if len(spare) > 1:
+                    drawn[spare[-1]] = split
     split_of = {**drawn, **given}
     return [InputCaption(c.caption_id, c.video_id, c.sentence, split_of[c.video_id]) for c in captions]

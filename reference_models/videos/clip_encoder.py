@@ -1,13 +1,16 @@
-"""The CLIP encoder of ``extract`` and ``search``: an ``open_clip`` model, its frame and caption-token features.
+"""The CLIP encoder of ``index`` and ``search``: an ``open_clip`` model, its frame, sentence and token features.
 
-A model is named by an ``open_clip`` model name (``ViT-B-32``) or a JSON model configuration file (the format
-of ``open_clip``'s own ``model_configs``; small ones make quick trials), and its weights by a ``pretrained``
-tag (downloaded and cached by ``open_clip`` on the user's machine), a local weights file, or ``"none"``: a
-model created without weights, its initial weights drawn from a recorded seed. :class:`EncoderSpec` records
-all of it with a digest of the weights, so that ``search`` encodes its queries with the very encoder the
-gallery's captions were encoded with, or refuses.
+A model is named by an ``open_clip`` model name (``ViT-B-32``), a JSON model configuration file (the format
+of ``open_clip``'s own ``model_configs``) or :data:`BUNDLED_MODEL`, the small encoder this package ships; its
+weights by a ``pretrained`` tag (downloaded and cached by ``open_clip`` on the user's machine), a local
+weights file, ``"none"`` (a model created without weights, its initial weights drawn from a recorded seed),
+or, for the bundled model, :data:`BUNDLED_WEIGHTS` (its weights trained on the generated world by
+:mod:`reference_models.videos.train_encoder`, in the package: nothing is downloaded). :class:`EncoderSpec`
+records all of it with a digest of the weights, so that ``search`` encodes its queries with the very encoder
+the gallery was indexed with, or refuses.
 
-Frame features are ``encode_image`` of each frame ([n, D]). Caption features are per token, as the MS-SL
+Frame features are ``encode_image`` of each frame ([n, D]). Sentence features are ``encode_text`` (what a
+zero-shot search compares with the frames). Caption features for training are per token, as the MS-SL
 lineage's RoBERTa features are: the text tower's output at every position from the start token to the end
 token, after its final norm and projection, so that the end token's row is CLIP's sentence embedding.
 """
@@ -25,7 +28,20 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["EncoderSpec", "ClipEncoder", "EncoderError"]
+__all__ = ["EncoderSpec", "ClipEncoder", "EncoderError", "BUNDLED_MODEL", "BUNDLED_WEIGHTS", "bundled_files"]
+
+#: The small encoder this package ships (``encoders/prvr-tiny.json``, open_clip's configuration format).
+BUNDLED_MODEL = "prvr-tiny"
+#: The ``pretrained`` tag of its weights trained on the generated world (``encoders/prvr-tiny-generated-world.*``).
+BUNDLED_WEIGHTS = "generated-world"
+_ENCODERS = Path(__file__).resolve().parent / "encoders"
+
+
+def bundled_files() -> dict[str, Path]:
+    """The bundled encoder's files: ``config`` (JSON), ``weights`` (safetensors) and ``record`` (how they were made)."""
+    stem = f"{BUNDLED_MODEL}-{BUNDLED_WEIGHTS}"
+    return {"config": _ENCODERS / f"{BUNDLED_MODEL}.json", "weights": _ENCODERS / f"{stem}.safetensors",
+            "record": _ENCODERS / f"{stem}.json"}
 
 
 class EncoderError(ValueError):
@@ -34,7 +50,7 @@ class EncoderError(ValueError):
 
 @dataclass(frozen=True)
 class EncoderSpec:
-    """Everything that identifies the encoder of a gallery (written to ``extraction.json``).
+    """Everything that identifies the encoder of a gallery (written to its ``gallery.json``).
 
     Attributes
     ----------
@@ -86,6 +102,9 @@ def _register_config(model: str) -> str:
     """``model`` itself, or the name under which a JSON configuration file was registered with ``open_clip``."""
     import open_clip
 
+    if model == BUNDLED_MODEL:
+        open_clip.add_model_config(bundled_files()["config"])
+        return model
     path = Path(model)
     if path.suffix != ".json":
         return model
@@ -107,9 +126,10 @@ class ClipEncoder:
     Parameters
     ----------
     model : str
-        ``open_clip`` model name or a JSON model configuration file.
+        ``open_clip`` model name, a JSON model configuration file, or :data:`BUNDLED_MODEL`.
     pretrained : str
-        ``open_clip`` tag, local weights file, or ``"none"`` (created without weights from ``seed``).
+        ``open_clip`` tag, local weights file, ``"none"`` (created without weights from ``seed``), or
+        :data:`BUNDLED_WEIGHTS` with the bundled model.
     device : str or torch.device
         Where the model runs.
     seed : int
@@ -123,6 +143,14 @@ class ClipEncoder:
         if name not in open_clip.list_models():
             raise EncoderError(f"--model {model}: not an open_clip model (open_clip.list_models() lists them)")
         weights = None if pretrained == "none" else pretrained
+        if pretrained == BUNDLED_WEIGHTS:
+            if name != BUNDLED_MODEL:
+                raise EncoderError(f"--pretrained {pretrained}: the bundled weights are those of --model "
+                                   f"{BUNDLED_MODEL}, got --model {model}")
+            weights = str(bundled_files()["weights"])
+            if not Path(weights).is_file():
+                raise EncoderError(f"--pretrained {pretrained}: the bundled weights {weights} are missing from this "
+                                   "installation (train them: python -m reference_models.videos.train_encoder)")
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
@@ -152,13 +180,24 @@ class ClipEncoder:
             weights_sha256=_weights_digest(clip),
         )
 
+    def recorded_zero_shot(self) -> dict[str, Any] | None:
+        """The zero-shot evidence the bundled encoder's record holds (``temperature``, ``source``,
+        ``confidence_kind``, ``thresholds``: chosen on the generated world's held-out captions), or ``None``."""
+        if (self.spec.model, self.spec.pretrained) != (BUNDLED_MODEL, BUNDLED_WEIGHTS):
+            return None
+        path = bundled_files()["record"]
+        if not path.is_file():
+            return None
+        recorded = json.loads(path.read_text(encoding="utf-8")).get("zero_shot")
+        return recorded if isinstance(recorded, dict) else None
+
     def check_matches(self, recorded: EncoderSpec) -> None:
         """Raise :class:`EncoderError` unless this encoder is the one ``recorded`` describes."""
         if self.spec != recorded:
             differ = [k for k, v in recorded.to_dict().items() if self.spec.to_dict()[k] != v]
             raise EncoderError(f"the encoder created here differs from the gallery's in {', '.join(differ)} "
                                "(another open_clip or torch version draws other initial weights for "
-                               "--pretrained none); extract again with this installation")
+                               "--pretrained none); index again with this installation")
 
     @torch.no_grad()
     def encode_frames(self, frames: torch.Tensor) -> torch.Tensor:
@@ -166,6 +205,12 @@ class ClipEncoder:
         x = frames.to(self.device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255.0)
         x = (x - self._mean) / self._std
         return self.model.encode_image(x).float()
+
+    @torch.no_grad()
+    def encode_sentences(self, sentences: Sequence[str]) -> torch.Tensor:
+        """``float32 [n, token_dim]`` L2-normalised sentence embeddings (``encode_text``) on the encoder's device."""
+        tokens = self.tokenizer(list(sentences)).to(self.device)
+        return torch.nn.functional.normalize(self.model.encode_text(tokens).float(), dim=-1)
 
     @torch.no_grad()
     def encode_tokens(self, sentences: Sequence[str]) -> list[np.ndarray]:

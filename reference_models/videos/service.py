@@ -12,13 +12,15 @@ Routes:
     ``{"query": str, "k": int (default 5), "risk": float in (0, 1) (default 0.2)}`` -> the JSON of the
     ``search`` command (``{"answers": [ ... ]}``, one answer).
 ``GET /health``
-    ``{"status": "ok", "videos": ..., "batching": ...}``.
+    ``{"status": "ok", "videos": ..., "mode": "zero-shot" or "holmes-...", "calibrated": ..., "batching": ...}``.
 ``GET /videos/<id>/thumbnail?t=<seconds>``
     A JPEG keyframe of the video at ``t`` (the page asks for the middle of the matched moment), decoded from
     the gallery's own video file on demand and cached; ``<id>`` must be a video of the gallery.
 ``GET /``
     The page: a query box, the ranked videos with the thumbnail of their best moment, its span and score, and
-    the query's type, confidence and the decision in words. Everything it loads is served here.
+    for the query the probability that the right video is among those shown (as a percentage, or "not
+    calibrated"), the decision, and the query's type in words with one line on what it means. Everything it
+    loads is served here.
 
 Bad input gets a 4xx with ``{"error": "<one line>"}``: an empty or whitespace query, a query longer than
 :data:`MAX_QUERY_CHARS`, ``k`` outside ``[1, videos]``, a risk outside (0, 1), a body that is not a JSON
@@ -37,7 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reference_models.holmes.videos.search import Answer, GallerySearch
+from reference_models.videos.answers import Answer, Answerer
+from reference_models.videos.gallery import GalleryFiles
 
 __all__ = ["MAX_QUERY_CHARS", "QueryBatcher", "Thumbnails", "RequestError", "create_app", "check_search_request",
            "gallery_thumbnails"]
@@ -91,20 +94,20 @@ class QueryBatcher:
     """Answers queries from many threads with one model thread, batching queries that arrive together.
 
     A request waits at most ``window_s`` seconds for others; the queries then waiting (at most ``max_batch``)
-    are answered by one :meth:`GallerySearch.search` call per ``(k, risk)``, which encodes them together and
+    are answered by one :meth:`Answerer.answer` call per ``(k, risk)``, which encodes them together and
     shares one pass over the gallery. ``window_s=0`` batches only the queries already waiting.
     """
 
-    def __init__(self, searcher: GallerySearch, *, window_s: float = 0.0, max_batch: int = 64) -> None:
+    def __init__(self, answerer: Answerer, *, window_s: float = 0.0, max_batch: int = 64) -> None:
         if not (window_s >= 0.0 and math.isfinite(window_s)):
             raise ValueError(f"window_s must be a finite number >= 0, got {window_s!r}")
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch!r}")
-        self.searcher, self.window_s, self.max_batch = searcher, window_s, max_batch
+        self.answerer, self.window_s, self.max_batch = answerer, window_s, max_batch
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self.batches = 0
         self.answered = 0
-        self._thread = threading.Thread(target=self._run, name="holmes-search", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="video-search", daemon=True)
         self._thread.start()
 
     def answer(self, query: str, k: int, risk: float, timeout: float = 60.0) -> Answer:
@@ -148,7 +151,7 @@ class QueryBatcher:
                 groups.setdefault((item.k, item.risk), []).append(item)
             for (k, risk), items in groups.items():
                 try:
-                    answers = self.searcher.search([p.query for p in items], k=k, risk=risk)
+                    answers = self.answerer.answer([p.query for p in items], k=k, risk=risk)
                 except BaseException as exc:  # handed to each waiting request, never lost in this thread
                     for p in items:
                         p.error = exc
@@ -167,9 +170,9 @@ class Thumbnails:
     Parameters
     ----------
     folder : path
-        The ``--videos`` folder that ``extract`` read (recorded in ``extraction.json``).
+        The ``--videos`` folder that ``index`` read (recorded in ``gallery.json``).
     files : dict
-        Video id -> file name in ``folder`` (recorded by ``extract``); only these files are ever read.
+        Video id -> file name in ``folder`` (recorded by ``index``); only these files are ever read.
     durations : dict
         Video id -> duration in seconds.
     size : int
@@ -229,15 +232,12 @@ class Thumbnails:
         return buffer.getvalue()
 
 
-def gallery_thumbnails(searcher: GallerySearch) -> Thumbnails:
-    """The :class:`Thumbnails` of a search's gallery, from what ``extract`` recorded (folder, files, durations)."""
+def gallery_thumbnails(gallery: GalleryFiles) -> Thumbnails:
+    """The :class:`Thumbnails` of a gallery, from what ``index`` recorded (folder, files, durations)."""
     from reference_models import engine
 
-    times = engine.read_json_file(searcher.paths.feature_dir / "frame_times.json", "--gallery")
-    folder = searcher.record.get("videos_folder")
-    if folder is None:
-        raise engine.UserError(f"--gallery {searcher.root}: extraction.json records no videos folder (extracted "
-                               "by an older version); extract again for thumbnails")
+    times = engine.read_json_file(gallery.collection.feature_dir / "frame_times.json", "--gallery")
+    folder = gallery.record["videos_folder"]
     files = {vid: entry["file"] for vid, entry in times.items() if "file" in entry}
     return Thumbnails(folder, files, {vid: float(entry["duration"]) for vid, entry in times.items()})
 
@@ -247,8 +247,8 @@ def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
     from flask import Flask, Response, jsonify, request
     from werkzeug.exceptions import HTTPException
 
-    searcher = batcher.searcher
-    app = Flask("holmes-search", static_folder=None)
+    answerer = batcher.answerer
+    app = Flask("video-search", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # a query is at most 1,000 characters
     app.json.sort_keys = False  # type: ignore[attr-defined]
     started = time.time()
@@ -276,7 +276,8 @@ def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
 
     @app.get("/health")
     def health() -> Any:
-        return jsonify({"status": "ok", "videos": searcher.num_videos, "uptime_s": round(time.time() - started, 1),
+        return jsonify({"status": "ok", "videos": answerer.num_videos, "mode": answerer.mode,
+                        "calibrated": answerer.calibrated, "uptime_s": round(time.time() - started, 1),
                         "batching": {"window_ms": 1e3 * batcher.window_s, "batches": batcher.batches,
                                      "answered": batcher.answered}})
 
@@ -286,7 +287,7 @@ def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
         if body is None:
             raise RequestError(400, "the body must be JSON (Content-Type: application/json), e.g. "
                                     '{"query": "a dog catches a frisbee", "k": 5, "risk": 0.2}')
-        query, k, risk = check_search_request(body, searcher.num_videos)
+        query, k, risk = check_search_request(body, answerer.num_videos)
         return jsonify({"answers": [batcher.answer(query, k, risk).to_dict()]})
 
     @app.get("/videos/<video_id>/thumbnail")
