@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from evidential_prvr.metrics import DEFAULT_KS
 from reference_models.engine import ComparisonSpec, QueryRanks
 
 __all__ = ["VideosComparison", "runner", "SPEC"]
@@ -37,7 +38,7 @@ __all__ = ["VideosComparison", "runner", "SPEC"]
 #: Holmes (trained) against the zero-shot search, on the test captions, over the whole gallery.
 SPEC = ComparisonSpec(method="holmes", base="zero-shot", headline=("SumR",),
                       metrics=("R@1", "R@5", "R@10", "R@100", "SumR", "MnR", "MdR"),
-                      ablations=("zero-shot-max-score",))
+                      ablations=("zero-shot-max-score",), ks=DEFAULT_KS)
 
 
 @dataclasses.dataclass(frozen=True)

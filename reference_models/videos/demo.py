@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from evidential_prvr.metrics import recall_from_ranks
+
 __all__ = ["run_demo", "held_out_answers"]
 
 
@@ -63,7 +65,8 @@ def run_demo(out: Path, *, n_videos: int = 120, seed: int = 0, device: str = "cp
         if not chosen:
             continue
         rank = np.array([next((h.rank for h in a.results if h.video == c["video"]), 11) for c, a in chosen])
-        rows.append([kind, str(len(chosen))] + [f"{100 * np.mean(rank <= r):.1f}" for r in (1, 5, 10)]
+        recall = recall_from_ranks(rank, ks=(1, 5, 10))
+        rows.append([kind, str(len(chosen))] + [f"{recall[f'R@{r}']:.1f}" for r in (1, 5, 10)]
                     + [f"{100 * 5 / answerer.num_videos:.1f}"])
     print(f"zero-shot on the {len(pairs)} held-out test captions over all {answerer.num_videos} videos:")
     print(format_table(rows))
