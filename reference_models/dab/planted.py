@@ -110,6 +110,8 @@ class PlantedWorld:
         ``[S]`` each caption's video.
     caption_noise : numpy.ndarray
         ``[S]`` each caption's noise norm :math:`s`.
+    caption_events : numpy.ndarray
+        ``[S, L]`` the event each caption describes (the caption without its noise).
     video_events : numpy.ndarray
         ``[V]`` each video's number of events :math:`K`.
     right_text_variance : numpy.ndarray
@@ -124,6 +126,7 @@ class PlantedWorld:
     texts: torch.Tensor
     caption_video: np.ndarray
     caption_noise: np.ndarray
+    caption_events: np.ndarray
     video_events: np.ndarray
     right_text_variance: np.ndarray
     right_video_variance: np.ndarray
@@ -152,7 +155,7 @@ def planted_world(seed: int, spec: PlantedSpec | None = None) -> PlantedWorld:
     frames = np.zeros((spec.videos, spec.frames, dim))
     events = rng.integers(1, spec.max_events + 1, size=spec.videos)
     right_video = np.zeros(spec.videos)
-    texts, owner, noise = [], [], []
+    texts, owner, noise, described = [], [], [], []
     levels = np.asarray(spec.noise_levels, dtype=np.float64)
     for v in range(spec.videos):
         own = rng.standard_normal((events[v], dim))
@@ -171,12 +174,13 @@ def planted_world(seed: int, spec: PlantedSpec | None = None) -> PlantedWorld:
             event = own[rng.integers(events[v])]
             level = levels[rng.integers(len(levels))]
             texts.append(event + level * rng.standard_normal(dim) / math.sqrt(dim))
+            described.append(event)
             owner.append(v)
             noise.append(level)
     noise_array = np.asarray(noise)
     return PlantedWorld(spec, torch.tensor(frames, dtype=torch.float32),
-                        torch.tensor(np.stack(texts), dtype=torch.float32), np.asarray(owner), noise_array, events,
-                        noise_array**2 / dim, right_video)
+                        torch.tensor(np.stack(texts), dtype=torch.float32), np.asarray(owner), noise_array,
+                        np.stack(described), events, noise_array**2 / dim, right_video)
 
 
 @dataclass(frozen=True)
