@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from reference_models.dab.benchmark import BENCHMARKS, format_oracle_ceilings, oracle_ceilings
+from reference_models.dab.benchmark import BENCHMARKS, format_oracle_ceilings, oracle_ceilings, spec_dict
 from reference_models.dab.config import (
     BRIDGE_CONDITIONS,
     COSTS,
@@ -113,15 +113,16 @@ def build_parser() -> OneLineParser:
     mode.add_argument("--comparison", type=Path, help="a DAB comparison folder: print the variance audit of --method")
     mode.add_argument("--gradients", action="store_true",
                       help="train DAB on a benchmark instance and record the gradients of its log-variances")
-    diagnose.add_argument("--method", default="dab", help="--comparison: the Gaussian-head method (default dab)")
+    diagnose.add_argument("--method", help="--comparison: the Gaussian-head method (default dab)")
     diagnose.add_argument("--base", help="--comparison: the model its confidence is set against (default: the base)")
-    diagnose.add_argument("--n-boot", type=int_at_least(100), default=2000, help="--comparison: bootstrap replicates")
+    diagnose.add_argument("--n-boot", type=int_at_least(100), help="--comparison: bootstrap replicates (default 2000)")
     diagnose.add_argument("--output-dir", type=Path, help="--gradients: the instance and gradients.json go here")
-    diagnose.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="msrvtt-regime-varied",
-                          help="--gradients: the named benchmark (its config preset trains)")
-    diagnose.add_argument("--data-seed", type=int_at_least(0), default=100,
+    diagnose.add_argument("--benchmark", choices=tuple(BENCHMARKS),
+                          help="--gradients: the named benchmark, whose config preset trains (default "
+                               "msrvtt-regime-varied)")
+    diagnose.add_argument("--data-seed", type=int_at_least(0),
                           help="--gradients: the instance (default 100, the development seed)")
-    diagnose.add_argument("--seed", type=int_at_least(0), default=0, help="--gradients: the training seed")
+    diagnose.add_argument("--seed", type=int_at_least(0), help="--gradients: the training seed (default 0)")
     diagnose.add_argument("--config", type=Path, help="--gradients: JSON of changes to the preset, e.g. "
                                                       "{\"head\": {\"logvar_gain\": 100}}")
     diagnose.add_argument("--epochs", type=int_at_least(1), help="--gradients: override the preset's epochs")
@@ -177,13 +178,24 @@ def _config_changes(path: Path | None, flag: str) -> dict[str, Any]:
     return changes
 
 
+#: The flags of each ``diagnose`` mode (a flag of the other mode is refused, not ignored).
+_COMPARISON_FLAGS = ("method", "base", "n_boot")
+_GRADIENT_FLAGS = ("output_dir", "benchmark", "data_seed", "seed", "config", "epochs")
+
+
 def _diagnose(args: argparse.Namespace) -> int:
+    mode, other = ("--comparison", _GRADIENT_FLAGS) if args.comparison is not None else ("--gradients",
+                                                                                           _COMPARISON_FLAGS)
+    given = [name for name in other if getattr(args, name) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} is not a flag of diagnose {mode}")
     if args.comparison is not None:
         from reference_models.dab.audit import format_variance_audit, variance_audit
 
         if not args.comparison.is_dir():
             raise UserError(f"--comparison {args.comparison}: no such folder")
-        audit = variance_audit(args.comparison, args.method, base=args.base, n_boot=args.n_boot)
+        audit = variance_audit(args.comparison, args.method or "dab", base=args.base, n_boot=args.n_boot or 2000)
         print(format_variance_audit(audit))
         if args.output is not None:
             write_json(args.output, audit, flag="--output")
@@ -199,18 +211,27 @@ def _diagnose_gradients(args: argparse.Namespace) -> int:
 
     if args.output_dir is None:
         raise UserError("--gradients needs --output-dir (the instance and gradients.json go there)")
+    benchmark = args.benchmark or "msrvtt-regime-varied"
+    data_seed = 100 if args.data_seed is None else args.data_seed
+    seed = 0 if args.seed is None else args.seed
     try:
-        config = preset(args.benchmark).replace(**_config_changes(args.config, "--config"))
+        config = preset(benchmark).replace(**_config_changes(args.config, "--config"))
         if args.epochs is not None:
             config = config.replace(optim={"epochs": args.epochs})
     except (ValueError, TypeError) as exc:
         raise UserError(f"settings: {exc}") from None
     data = args.output_dir / "data"
-    if not (data / "benchmark_meta.json").is_file():
-        generate_t2v_benchmark(data, seed=args.data_seed, spec=BENCHMARKS[args.benchmark])
+    meta_path = data / "benchmark_meta.json"
+    if meta_path.is_file():  # an instance written by an earlier call: it must be the one asked for
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("seed") != data_seed or meta.get("spec") != json.loads(json.dumps(spec_dict(BENCHMARKS[benchmark]))):
+            raise UserError(f"--output-dir {args.output_dir}: its data/ holds another instance than {benchmark} data seed "
+                            f"{data_seed}; choose another --output-dir")
+    else:
+        generate_t2v_benchmark(data, seed=data_seed, spec=BENCHMARKS[benchmark])
     splits = _load(data, ("train", "test_all"), config.backbone.max_frames)
     try:
-        audit = gradient_audit(config, splits["train"], seed=args.seed, device=args.device,
+        audit = gradient_audit(config, splits["train"], seed=seed, device=args.device,
                                log=lambda line: print(line, flush=True))
     except ValueError as exc:
         raise UserError(f"settings: {exc}") from None
@@ -223,7 +244,7 @@ def _diagnose_gradients(args: argparse.Namespace) -> int:
         print(f"a linear function of the text features (what the log-variance layer reads at the start) predicts the "
               f"caption's specificity on the all-captions test with Spearman {p['spearman']:+.3f} "
               f"[{p['low']:+.3f}, {p['high']:+.3f}] ({p['n']:.0f} captions)")
-    result = {"benchmark": args.benchmark, "data_seed": args.data_seed, "seed": args.seed,
+    result = {"benchmark": benchmark, "data_seed": data_seed, "seed": seed,
               "config": config.to_dict(), **audit}
     write_json(args.output_dir / "gradients.json", result)
     if args.output is not None:

@@ -125,7 +125,7 @@ class HeadSettings:
         :class:`~evidential_prvr.probabilistic.TokenUncertaintyHead`; Gaussian variants): 1 is DAB's plain linear
         head; :math:`g` moves the log-variances :math:`g` times as far per AdamW update, as a learning rate
         :math:`g` times ``optim.head_lr`` for those layers would (``docs/guide/dab.rst``, "Why the variances do
-        not move").
+        not move, and what makes them learn").
     """
 
     variant: str = "dab"
@@ -349,10 +349,11 @@ def preset(name: str) -> T2VConfig:
     return PRESETS[name]
 
 
-#: The log-variance gain of the comparison method ``dab-logvar-gain`` (``head.logvar_gain``): DAB's learning rate
-#: times its number of updates, :math:`10^{-4} \times 56{,}250` (10 epochs of MSR-VTT's 180,000 training pairs at
-#: batch 32), is what an AdamW update can move a parameter by in all; the ``msrvtt-regime`` presets' 630 updates
-#: reach it at about 90 times the rate, rounded to 100 (``docs/guide/dab.rst``, "Why the variances do not move").
+#: The log-variance gain of the comparison method ``dab-logvar-gain`` (``head.logvar_gain``). DAB's learning rate
+#: summed over its updates, :math:`10^{-4} \times 28{,}126` with its warm-up and decay over 10 epochs of MSR-VTT's
+#: 180,000 training pairs at batch 32, is the farthest AdamW can move a parameter; the ``msrvtt-regime`` presets'
+#: 630 updates reach it at 89 times the rate, rounded to 100 (``docs/guide/dab.rst``, "The option: the
+#: log-variance gain").
 LOGVAR_GAIN = 100.0
 #: Every DAB ablation, as its changes to DAB's config (keyword arguments of
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings

@@ -50,28 +50,30 @@ from reference_models.engine.optimization import clip_gradients
 __all__ = ["GROUPS", "PAPER_AUDIT", "PAPER_UPDATES", "format_gradient_audit", "gradient_audit", "probe_steps",
            "specificity_probe"]
 
-#: DAB's reported audit ("Key Findings" of its summary): the converged mean variances, the AURC of the top-1
-#: error without and with the KL-margin ordering, and R@1 among the most confident queries.
+#: DAB's reported audit, from the "Key Findings" of its summary. The converged mean variances, the AURC of the
+#: top-1 error without and with the KL-margin ordering, and R@1 among the most confident queries.
 PAPER_AUDIT = {"sigma2_video": 2.979, "sigma2_text": 0.507, "sigma2_bridged": 0.935, "ratio_video_text": 5.87,
                "aurc_before": 0.429, "aurc_kl_margin": 0.256, "R@1@25%": 85.6, "R@1@10%": 94.0}
-#: DAB's number of updates: 10 epochs of MSR-VTT's 180,000 training pairs (9,000 videos x 20 captions) at batch 32.
+#: DAB's number of updates, 10 epochs of MSR-VTT's 180,000 training pairs (9,000 videos x 20 captions) at batch 32.
 PAPER_UPDATES = 10 * 180_000 // 32
 
-#: The parameter groups of the audit, by the parameter names of :class:`~reference_models.dab.model.T2VModel`; a
-#: parameter goes to the first group whose test it passes. ``bridge_mu_out`` / ``bridge_logvar_out`` are the two
-#: halves of the rows of the bridge's zero-initialised output layer (the drift of the mean and of the log-variance).
-GROUPS: dict[str, Callable[[str], bool]] = {
-    "encoders": lambda n: n.startswith(("text_mlp.", "frame_proj.")),
-    "temporal": lambda n: n.startswith(("temporal.", "position")),
-    "mean_layer": lambda n: n.startswith(("gaussian_head.mean.", "gaussian_head.mean_norm.")),
-    "text_video_logvar_layer": lambda n: n.startswith(("gaussian_head.logvar.", "gaussian_head.logvar_norm.")),
-    "token_logvar_layer": lambda n: n.startswith("token_head.logvar."),
-    "token_head_other": lambda n: n.startswith("token_head."),
-    "bridge_hidden": lambda n: n.startswith("bridge.drift.0."),
-    "bridge_mu_out": lambda n: False,  # filled from bridge.drift.2 (rows of the mean)
-    "bridge_logvar_out": lambda n: False,  # filled from bridge.drift.2 (rows of the log-variance)
-    "log_tau": lambda n: n == "log_tau",
+#: The parameter groups of the audit, each name with the parameter-name prefixes of
+#: :class:`~reference_models.dab.model.T2VModel` it holds (a parameter goes to the first group that has one of its
+#: prefixes). The rows of the bridge's zero-initialised output layer ``bridge.drift.2`` are split in two groups,
+#: ``bridge_mu_out`` (the drift of the mean) and ``bridge_logvar_out`` (the drift of the log-variance).
+GROUPS: dict[str, tuple[str, ...]] = {
+    "encoders": ("text_mlp.", "frame_proj."),
+    "temporal": ("temporal.", "position"),
+    "mean_layer": ("gaussian_head.mean.", "gaussian_head.mean_norm."),
+    "text_video_logvar_layer": ("gaussian_head.logvar.", "gaussian_head.logvar_norm."),
+    "token_logvar_layer": ("token_head.logvar.",),
+    "token_head_other": ("token_head.",),
+    "bridge_hidden": ("bridge.drift.0.",),
+    "bridge_mu_out": (),
+    "bridge_logvar_out": (),
+    "log_tau": ("log_tau",),
 }
+_BRIDGE_OUTPUT = "bridge.drift.2."
 _ACTIVATIONS = ("text_mu", "text_logvar", "bridged_mu", "bridged_logvar", "video_mu", "video_base_logvar",
                 "video_token_logvar")
 
@@ -142,12 +144,12 @@ def _group_slices(model: T2VModel) -> dict[str, list[tuple[torch.nn.Parameter, s
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
-        if name.startswith("bridge.drift.2."):
+        if name.startswith(_BRIDGE_OUTPUT):
             half = parameter.shape[0] // 2
             groups["bridge_mu_out"].append((parameter, slice(0, half)))
             groups["bridge_logvar_out"].append((parameter, slice(half, None)))
             continue
-        group = next((g for g, test in GROUPS.items() if test(name)), None)
+        group = next((g for g, prefixes in GROUPS.items() if prefixes and name.startswith(prefixes)), None)
         if group is not None:
             groups[group].append((parameter, None))
     return {name: members for name, members in groups.items() if members}
@@ -174,7 +176,7 @@ def gradient_audit(config: T2VConfig, train: T2VSplit, *, seed: int = 0, device:
         Where to train.
     probes : sequence of int, optional
         The updates to look at (default :func:`probe_steps`).
-    log : callable, optional
+    log : collections.abc.Callable, optional
         Called with one line per probe.
 
     Returns

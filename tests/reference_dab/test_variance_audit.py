@@ -99,9 +99,17 @@ def test_logvar_gain_in_the_reference_config() -> None:
             T2VConfig().replace(head={"logvar_gain": bad})
 
 
-def test_variance_audit_of_a_comparison_against_its_runs(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tiny_comparison(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny msrvtt-regime-varied comparison folder: the base and dab-logvar-gain, training seeds 0 and 1."""
+    out = tmp_path_factory.mktemp("cmp")
     runner = DABComparison(TINY_VARIED_CONFIG, TINY_VARIED, multi_positive=True)
-    grid.run_grid(runner, tmp_path, seeds=[0, 1], data_seeds=[0], methods=["dab-logvar-gain"], log=lambda line: None)
+    grid.run_grid(runner, out, seeds=[0, 1], data_seeds=[0], methods=["dab-logvar-gain"], log=lambda line: None)
+    return out
+
+
+def test_variance_audit_of_a_comparison_against_its_runs(tiny_comparison: Path) -> None:
+    tmp_path = tiny_comparison
     audit = variance_audit(tmp_path, "dab-logvar-gain", n_boot=200)
     folders = [grid.run_folder(tmp_path, 0, s, "dab-logvar-gain") for s in (0, 1)]
     diagnostics = [json.loads((f / "diagnostics.json").read_text()) for f in folders]
@@ -128,3 +136,41 @@ def test_variance_audit_of_a_comparison_against_its_runs(tmp_path: Path) -> None
     assert audit["learned"]["runs"] == 2
     with pytest.raises(Exception, match="no finished dab run"):
         variance_audit(tmp_path, "dab", n_boot=200)
+
+
+def test_diagnose_command_line(tiny_comparison: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from reference_models.dab import cli
+
+    output = tmp_path / "audit.json"
+    assert cli.main(["diagnose", "--comparison", str(tiny_comparison), "--method", "dab-logvar-gain", "--n-boot",
+                     "200", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "variance audit of dab-logvar-gain" in printed and "DAB paper" in printed
+    assert json.loads(output.read_text())["method"] == "dab-logvar-gain"
+    for argv, message in (
+        (["diagnose", "--comparison", str(tmp_path / "none")], "no such folder"),
+        (["diagnose", "--comparison", str(tiny_comparison), "--data-seed", "3"], "--data-seed is not a flag"),
+        (["diagnose", "--gradients", "--method", "dab"], "--method is not a flag"),
+        (["diagnose", "--gradients"], "needs --output-dir"),
+        (["diagnose", "--comparison", str(tiny_comparison), "--method", "prob"], "no finished prob run"),
+    ):
+        assert cli.main(argv) == 2
+        assert message in capsys.readouterr().err
+    other = tmp_path / "grad"  # an instance of another seed already there: refused, not silently reused
+    generate_t2v_benchmark(other / "data", seed=5, spec=TINY_VARIED)
+    assert cli.main(["diagnose", "--gradients", "--output-dir", str(other)]) == 2
+    assert "another instance" in capsys.readouterr().err
+
+
+def test_planted_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from reference_models.dab import cli
+
+    output = tmp_path / "planted.json"
+    assert cli.main(["planted", "--seeds", "0", "--gains", "1,3", "--steps", "3", "--output", str(output)]) == 0
+    printed = capsys.readouterr().out
+    assert "text vs noise" in printed
+    results = json.loads(output.read_text())["results"]
+    assert [r["recipe"]["logvar_gain"] for r in results] == [1.0, 3.0]
+    with pytest.raises(SystemExit):  # a bad flag value: argparse's one line and status 2
+        cli.main(["planted", "--gains", "0"])
+    assert "expected numbers > 0" in capsys.readouterr().err
