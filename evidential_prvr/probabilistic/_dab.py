@@ -44,20 +44,24 @@ class _LogVarHead(_InputChecks, PresetModule):
 
     def __init__(
         self, dim_in: int, dim_out: int, *, logvar_bounds: tuple[float, float], validate_args: bool | None,
-        logvar_weight_init: LogVarWeightInit = "zero",
+        logvar_weight_init: LogVarWeightInit = "zero", logvar_gain: float = 1.0,
     ) -> None:
         super().__init__(validate_args)
         _input_checks.check_sizes(dim_in=dim_in, dim_out=dim_out)
         check_choice(logvar_weight_init, "logvar_weight_init", LOGVAR_WEIGHT_INITS)
+        check_positive(logvar_gain, "logvar_gain")
         self.logvar_bounds = _input_checks.check_bounds(logvar_bounds)
         self.logvar_weight_init = logvar_weight_init
+        self.logvar_gain = float(logvar_gain)
         self.dim_in = dim_in
         self.dim_out = dim_out
 
     def _logvar_layer(self, logvar_init: float) -> nn.Linear:
         """A new ``Linear(dim_in, dim_out)`` with its bias set to ``logvar_init`` and its weights as
-        ``logvar_weight_init`` says (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`). PyTorch's default draw
-        is always made first, so the random stream of the layers built after it is the same for every choice."""
+        ``logvar_weight_init`` says (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`), both divided by
+        ``logvar_gain`` (:meth:`_scaled_logvar` multiplies the output by it, so every gain starts alike). PyTorch's
+        default draw is always made first, so the random stream of the layers built after it is the same for every
+        choice."""
         layer = nn.Linear(self.dim_in, self.dim_out)
         with torch.no_grad():
             layer.bias.fill_(float(logvar_init))
@@ -65,7 +69,16 @@ class _LogVarHead(_InputChecks, PresetModule):
                 layer.weight.zero_()
             elif self.logvar_weight_init == "small":
                 layer.weight.mul_(SMALL_LOGVAR_WEIGHT_SCALE)
+            if self.logvar_gain != 1.0:
+                layer.weight.div_(self.logvar_gain)
+                layer.bias.div_(self.logvar_gain)
         return layer
+
+    def _scaled_logvar(self, layer_output: torch.Tensor) -> torch.Tensor:
+        """The log-variance layer's output times ``logvar_gain``, clipped to ``logvar_bounds``."""
+        if self.logvar_gain != 1.0:  # gain 1 (DAB's plain linear head) leaves the output as it is, bit for bit
+            layer_output = self.logvar_gain * layer_output
+        return layer_output.clamp(*self.logvar_bounds)
 
 
 class GaussianEmbeddingHead(_LogVarHead):
@@ -82,7 +95,11 @@ class GaussianEmbeddingHead(_LogVarHead):
     normalised; the log-variance bias starts at ``logvar_init`` (DAB: -2.0) and its weights at zero
     (``logvar_weight_init="zero"``; DAB does not say), so that every input starts with the same variance and
     the cost starts as a squared distance of the means; clipping is a hard ``clamp`` (zero gradient outside the
-    bounds).
+    bounds). With ``logvar_gain`` :math:`g \\ne 1` the log-variance layer is parameterised as
+    :math:`g\\,(W'_\\sigma \\operatorname{LN}_\\sigma(\\hat x) + b'_\\sigma)` with :math:`W'_\\sigma = W_\\sigma / g`,
+    :math:`b'_\\sigma = b_\\sigma / g` at the start: the same linear head and the same start, but under Adam its
+    output moves :math:`g` times as far per update (the step of an Adam update hardly depends on the gradient's
+    scale), as a learning rate :math:`g` times the rest would.
 
     Parameters
     ----------
@@ -100,6 +117,11 @@ class GaussianEmbeddingHead(_LogVarHead):
     logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
         The start of the log-variance weights (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`); ``pytorch``
         is the start before version 3.0.
+    logvar_gain : float, default 1.0
+        The log-variance layer's gain :math:`g > 0` (above); 1 is DAB's plain linear head. A larger gain lets a
+        short training move the variances as far as DAB's long one: at DAB's 1e-4 an update moves a log-variance by
+        about 1e-4, and DAB's reported variances are 1.3 to 3.1 from the start in log-variance
+        (``docs/guide/dab.rst``, "Why the variances do not move, and what makes them learn").
 
     Examples
     --------
@@ -123,9 +145,10 @@ class GaussianEmbeddingHead(_LogVarHead):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
         logvar_weight_init: LogVarWeightInit = "zero",
+        logvar_gain: float = 1.0,
     ) -> None:
         super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args,
-                         logvar_weight_init=logvar_weight_init)
+                         logvar_weight_init=logvar_weight_init, logvar_gain=logvar_gain)
         self.mean_norm = nn.LayerNorm(dim_in)
         self.mean = nn.Linear(dim_in, dim_out)
         self.logvar_norm = nn.LayerNorm(dim_in)
@@ -143,7 +166,7 @@ class GaussianEmbeddingHead(_LogVarHead):
         _input_checks.check_inputs(self.validate_args, x=x)
         x = F.normalize(_input_checks.to_module_dtype(x, self), dim=-1)
         mu = self.mean(self.mean_norm(x))
-        logvar = self.logvar(self.logvar_norm(x)).clamp(*self.logvar_bounds)
+        logvar = self._scaled_logvar(self.logvar(self.logvar_norm(x)))
         return DiagonalGaussian(mu, logvar)
 
 
@@ -181,6 +204,8 @@ class TokenUncertaintyHead(_LogVarHead):
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
     logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
         The start of the log-variance weights, as in :class:`GaussianEmbeddingHead`.
+    logvar_gain : float, default 1.0
+        The log-variance layer's gain, as in :class:`GaussianEmbeddingHead` (1: DAB's plain linear head).
 
     Examples
     --------
@@ -203,9 +228,10 @@ class TokenUncertaintyHead(_LogVarHead):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         validate_args: bool | None = None,
         logvar_weight_init: LogVarWeightInit = "zero",
+        logvar_gain: float = 1.0,
     ) -> None:
         super().__init__(dim_in, dim_out, logvar_bounds=logvar_bounds, validate_args=validate_args,
-                         logvar_weight_init=logvar_weight_init)
+                         logvar_weight_init=logvar_weight_init, logvar_gain=logvar_gain)
         self.attention = nn.MultiheadAttention(dim_in, num_heads=1, batch_first=True)
         self.norm = nn.LayerNorm(dim_in)
         self.logvar = self._logvar_layer(logvar_init)
@@ -237,7 +263,7 @@ class TokenUncertaintyHead(_LogVarHead):
         x = F.normalize(_input_checks.to_module_dtype(tokens, self), dim=-1)
         attended = self.attention(x, x, x, key_padding_mask=_input_checks.key_padding(mask), need_weights=False)[0]
         pooled = _input_checks.masked_mean(x + attended, mask)
-        token_logvar: torch.Tensor = self.logvar(self.norm(pooled)).clamp(*self.logvar_bounds)
+        token_logvar: torch.Tensor = self._scaled_logvar(self.logvar(self.norm(pooled)))
         if base_logvar is None:
             return token_logvar
         check_tensor(base_logvar, "base_logvar", ndim=2, floating=True)

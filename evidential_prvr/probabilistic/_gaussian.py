@@ -123,6 +123,9 @@ class DABAlignment(_InputChecks):
     logvar_weight_init : {"zero", "small", "pytorch"}, default "zero"
         The start of the heads' log-variance weights (:data:`~evidential_prvr.choices.LOGVAR_WEIGHT_INITS`;
         ``zero``: the identity start, every input with the same variance at step 0).
+    logvar_gain : float, default 1.0
+        The gain of both heads' log-variance layers (:class:`GaussianEmbeddingHead`; 1: DAB's plain linear heads;
+        a larger gain moves the variances that many times as far per Adam update).
     validate_args : bool, optional
         Check that the inputs are finite (host synchronisations); ``None`` follows
         :func:`evidential_prvr.set_default_validate_args`. Empty inputs are always refused.
@@ -155,6 +158,7 @@ class DABAlignment(_InputChecks):
         logvar_bounds: tuple[float, float] = DEFAULT_LOGVAR_BOUNDS,
         logvar_weight_init: LogVarWeightInit = "zero",
         validate_args: bool | None = None,
+        logvar_gain: float = 1.0,
     ) -> None:
         super().__init__(validate_args)
         check_positive_int(dim_in, "dim_in")
@@ -162,11 +166,14 @@ class DABAlignment(_InputChecks):
             raise TypeError(f"share_head must be a bool, got {type(share_head).__name__}")
         self.dim_in = dim_in
         self.text_head = GaussianEmbeddingHead(dim_in, dim, logvar_bounds=logvar_bounds,
-                                               logvar_weight_init=logvar_weight_init, validate_args=validate_args)
+                                               logvar_weight_init=logvar_weight_init, logvar_gain=logvar_gain,
+                                               validate_args=validate_args)
         self.video_head = self.text_head if share_head else GaussianEmbeddingHead(
-            dim_in, dim, logvar_bounds=logvar_bounds, logvar_weight_init=logvar_weight_init, validate_args=validate_args)
+            dim_in, dim, logvar_bounds=logvar_bounds, logvar_weight_init=logvar_weight_init, logvar_gain=logvar_gain,
+            validate_args=validate_args)
         self.token_head = TokenUncertaintyHead(dim_in, dim, logvar_bounds=logvar_bounds,
-                                               logvar_weight_init=logvar_weight_init, validate_args=validate_args)
+                                               logvar_weight_init=logvar_weight_init, logvar_gain=logvar_gain,
+                                               validate_args=validate_args)
         self.bridge = DistributionBridge(dim, n_steps, total_steps, step_range, logvar_bounds=logvar_bounds,
                                          validate_args=validate_args)
         self.pac = ProbabilisticAlignmentContrastiveLoss(tau, validate_args)

@@ -10,6 +10,13 @@
   (:mod:`reference_models.dab.tau_selection`).
 * ``oracle --benchmark B --seeds 0,1`` -- print the oracle ceilings of the named benchmark's instances
   (:func:`~reference_models.dab.benchmark.oracle_ceilings`); writes nothing.
+* ``diagnose --comparison DIR [--method M]`` -- DAB's variance audit beside the paper's, from a comparison folder's
+  runs (:mod:`reference_models.dab.audit`); ``diagnose --gradients --output-dir D`` -- train DAB once on a named
+  benchmark's instance and record the gradient reaching each log-variance against the means' and AdamW's steps
+  (:mod:`reference_models.dab.gradient_audit`), into ``D/gradients.json``.
+* ``planted --seeds 0,1,2 --gains 1,100`` -- train DAB's objective on the planted world whose right variances are
+  known (:mod:`reference_models.dab.planted`) and print what its variances learned; writes nothing unless
+  ``--output`` is given.
 
 Bad input (a file, a video id, a flag) is one ``error: ...`` line naming it, exit status 2, nothing written.
 """
@@ -22,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from reference_models.dab.benchmark import BENCHMARKS, format_oracle_ceilings, oracle_ceilings
+from reference_models.dab.benchmark import BENCHMARKS, format_oracle_ceilings, oracle_ceilings, spec_dict
 from reference_models.dab.config import (
     BRIDGE_CONDITIONS,
     COSTS,
@@ -101,6 +108,34 @@ def build_parser() -> OneLineParser:
     oracle.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="embedded", help="the named benchmark")
     oracle.add_argument("--seeds", type=_seed_list, default=[0], help="data seeds, e.g. 0,1 (default 0)")
 
+    diagnose = commands.add_parser("diagnose", help="DAB's variance audit beside the paper's, or its gradients")
+    mode = diagnose.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--comparison", type=Path, help="a DAB comparison folder: print the variance audit of --method")
+    mode.add_argument("--gradients", action="store_true",
+                      help="train DAB on a benchmark instance and record the gradients of its log-variances")
+    diagnose.add_argument("--method", help="--comparison: the Gaussian-head method (default dab)")
+    diagnose.add_argument("--base", help="--comparison: the model its confidence is set against (default: the base)")
+    diagnose.add_argument("--n-boot", type=int_at_least(100), help="--comparison: bootstrap replicates (default 2000)")
+    diagnose.add_argument("--output-dir", type=Path, help="--gradients: the instance and gradients.json go here")
+    diagnose.add_argument("--benchmark", choices=tuple(BENCHMARKS),
+                          help="--gradients: the named benchmark, whose config preset trains (default "
+                               "msrvtt-regime-varied)")
+    diagnose.add_argument("--data-seed", type=int_at_least(0),
+                          help="--gradients: the instance (default 100, the development seed)")
+    diagnose.add_argument("--seed", type=int_at_least(0), help="--gradients: the training seed (default 0)")
+    diagnose.add_argument("--config", type=Path, help="--gradients: JSON of changes to the preset, e.g. "
+                                                      "{\"head\": {\"logvar_gain\": 100}}")
+    diagnose.add_argument("--epochs", type=int_at_least(1), help="--gradients: override the preset's epochs")
+    diagnose.add_argument("--device", type=device_arg, default="cpu", help="torch device (default: cpu)")
+    diagnose.add_argument("--output", type=Path, help="also write the result to this JSON file")
+
+    planted = commands.add_parser("planted", help="DAB's objective on a world whose right variances are known")
+    planted.add_argument("--seeds", type=_seed_list, default=[0, 1, 2], help="worlds and training seeds (default 0,1,2)")
+    planted.add_argument("--gains", type=_gain_list, default=[1.0, 100.0],
+                         help="log-variance gains to train with (default 1,100; 1 is DAB's)")
+    planted.add_argument("--steps", type=int_at_least(1), default=400, help="AdamW updates (default 400)")
+    planted.add_argument("--output", type=Path, help="also write the results to this JSON file")
+
     select = commands.add_parser("select-tau", help="choose DAB's PAC temperature rule on the development instance")
     select.add_argument("--benchmark", choices=tuple(BENCHMARKS), default="msrvtt-regime", help="the named benchmark")
     select.add_argument("--output-dir", type=Path, required=True, help="instance, runs and selection.json")
@@ -117,6 +152,122 @@ def _seed_list(text: str) -> list[int]:
     if not values or any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"expected integers >= 0 such as 0,1, got {text!r}")
     return values
+
+
+def _gain_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers such as 1,100, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected numbers > 0 such as 1,100, got {text!r}")
+    return values
+
+
+def _config_changes(path: Path | None, flag: str) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        changes = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{flag} {path}: no such file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"{flag} {path}: {exc}") from None
+    if not isinstance(changes, dict):
+        raise UserError(f"{flag} {path}: a JSON object of config sections is expected")
+    return changes
+
+
+#: The flags of each ``diagnose`` mode (a flag of the other mode is refused, not ignored).
+_COMPARISON_FLAGS = ("method", "base", "n_boot")
+_GRADIENT_FLAGS = ("output_dir", "benchmark", "data_seed", "seed", "config", "epochs")
+
+
+def _diagnose(args: argparse.Namespace) -> int:
+    mode, other = ("--comparison", _GRADIENT_FLAGS) if args.comparison is not None else ("--gradients",
+                                                                                           _COMPARISON_FLAGS)
+    given = [name for name in other if getattr(args, name) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} is not a flag of diagnose {mode}")
+    if args.comparison is not None:
+        from reference_models.dab.audit import format_variance_audit, variance_audit
+
+        if not args.comparison.is_dir():
+            raise UserError(f"--comparison {args.comparison}: no such folder")
+        audit = variance_audit(args.comparison, args.method or "dab", base=args.base, n_boot=args.n_boot or 2000)
+        print(format_variance_audit(audit))
+        if args.output is not None:
+            write_json(args.output, audit, flag="--output")
+        return 0
+    return _diagnose_gradients(args)
+
+
+def _diagnose_gradients(args: argparse.Namespace) -> int:
+    from reference_models.dab.benchmark import generate_t2v_benchmark
+    from reference_models.dab.config import preset
+    from reference_models.dab.diagnostics import benchmark_specificity
+    from reference_models.dab.gradient_audit import format_gradient_audit, gradient_audit, specificity_probe
+
+    if args.output_dir is None:
+        raise UserError("--gradients needs --output-dir (the instance and gradients.json go there)")
+    benchmark = args.benchmark or "msrvtt-regime-varied"
+    data_seed = 100 if args.data_seed is None else args.data_seed
+    seed = 0 if args.seed is None else args.seed
+    try:
+        config = preset(benchmark).replace(**_config_changes(args.config, "--config"))
+        if args.epochs is not None:
+            config = config.replace(optim={"epochs": args.epochs})
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"settings: {exc}") from None
+    data = args.output_dir / "data"
+    meta_path = data / "benchmark_meta.json"
+    if meta_path.is_file():  # an instance written by an earlier call: it must be the one asked for
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("seed") != data_seed or meta.get("spec") != json.loads(json.dumps(spec_dict(BENCHMARKS[benchmark]))):
+            raise UserError(f"--output-dir {args.output_dir}: its data/ holds another instance than {benchmark} data seed "
+                            f"{data_seed}; choose another --output-dir")
+    else:
+        generate_t2v_benchmark(data, seed=data_seed, spec=BENCHMARKS[benchmark])
+    splits = _load(data, ("train", "test_all"), config.backbone.max_frames)
+    try:
+        audit = gradient_audit(config, splits["train"], seed=seed, device=args.device,
+                               log=lambda line: print(line, flush=True))
+    except ValueError as exc:
+        raise UserError(f"settings: {exc}") from None
+    print(format_gradient_audit(audit))
+    specificity = (benchmark_specificity(data, splits["train"]), benchmark_specificity(data, splits["test_all"]))
+    if specificity[0] is not None and specificity[1] is not None:
+        audit["specificity_probe"] = specificity_probe(splits["train"].text, specificity[0], splits["test_all"].text,
+                                                       specificity[1])
+        p = audit["specificity_probe"]
+        print(f"a linear function of the text features (what the log-variance layer reads at the start) predicts the "
+              f"caption's specificity on the all-captions test with Spearman {p['spearman']:+.3f} "
+              f"[{p['low']:+.3f}, {p['high']:+.3f}] ({p['n']:.0f} captions)")
+    result = {"benchmark": benchmark, "data_seed": data_seed, "seed": seed,
+              "config": config.to_dict(), **audit}
+    write_json(args.output_dir / "gradients.json", result)
+    if args.output is not None:
+        write_json(args.output, result, flag="--output")
+    print(f"written to {args.output_dir / 'gradients.json'} ({audit['seconds']:.0f} s of training)")
+    return 0
+
+
+def _planted(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from reference_models.dab.planted import PlantedRecipe, format_planted, planted_world, train_planted
+
+    results = []
+    for seed in args.seeds:
+        world = planted_world(seed)
+        for gain in args.gains:
+            results.append(train_planted(world, PlantedRecipe(steps=args.steps, logvar_gain=gain), seed=seed))
+            print(format_planted(results[-1:]).splitlines()[-1], flush=True)
+    print(format_planted(results))
+    if args.output is not None:
+        write_json(args.output, {"results": [dataclasses.asdict(r) for r in results]}, flag="--output")
+    return 0
 
 
 def _select_tau(args: argparse.Namespace) -> int:
@@ -295,5 +446,5 @@ def _validate(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"demo": _demo, "train": _train, "evaluate": _evaluate, "validate": _validate,
-               "oracle": _oracle, "select-tau": _select_tau}[args.command]
+               "oracle": _oracle, "select-tau": _select_tau, "diagnose": _diagnose, "planted": _planted}[args.command]
     return run_main(handler, args, program=argv is None)

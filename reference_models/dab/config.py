@@ -14,7 +14,7 @@ from evidential_prvr.choices import LOGVAR_WEIGHT_INITS
 from reference_models.engine import check_choice, fingerprint_differences
 
 __all__ = ["VARIANTS", "COSTS", "RANKINGS", "BRIDGE_CONDITIONS", "DISTILL_MODES", "MEAN_INITS", "LOGVAR_WEIGHTS", "TAU_RULES", "POOLINGS", "ENCODERS", "LR_GROUPS", "ENCODER_TRAINING", "PRESETS",
-           "ABLATIONS", "DEMO_ABLATIONS", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
+           "ABLATIONS", "DEMO_ABLATIONS", "LOGVAR_GAIN", "BackboneSettings", "HeadSettings", "BridgeSettings", "OptimSettings",
            "T2VConfig", "preset", "ablation_config", "matched_tau"]
 
 #: The retrieval heads. ``base`` is the cosine with the symmetric InfoNCE (CLIP4Clip); ``dab`` the Gaussian
@@ -119,6 +119,13 @@ class HeadSettings:
         See :data:`LOGVAR_WEIGHTS` (Gaussian variants).
     tau_rule : {"fixed", "matched", "learned"}
         See :data:`TAU_RULES` (Gaussian variants; ``tau`` is read with ``fixed`` only).
+    logvar_gain : float
+        The gain of the two log-variance layers (the library's ``logvar_gain`` of
+        :class:`~evidential_prvr.probabilistic.GaussianEmbeddingHead` and
+        :class:`~evidential_prvr.probabilistic.TokenUncertaintyHead`; Gaussian variants): 1 is DAB's plain linear
+        head; :math:`g` moves the log-variances :math:`g` times as far per AdamW update, as a learning rate
+        :math:`g` times ``optim.head_lr`` for those layers would (``docs/guide/dab.rst``, "Why the variances do
+        not move, and what makes them learn").
     """
 
     variant: str = "dab"
@@ -130,6 +137,7 @@ class HeadSettings:
     mean_init: str = "random"
     logvar_weights: str = "zero"
     tau_rule: str = "fixed"
+    logvar_gain: float = 1.0
 
     @property
     def gaussian(self) -> bool:
@@ -255,7 +263,7 @@ class T2VConfig:
                     raise ValueError(f"{name} must be a finite number, got {value!r}")
                 minimum = 0 if item.name in ("temporal_layers", "grad_clip", "weight_decay", "warmup_ratio",
                                              "point_dim") else 1
-                if item.name in ("lr", "head_lr", "tau", "logit_scale", "contraction", "distill_lr"):
+                if item.name in ("lr", "head_lr", "tau", "logit_scale", "contraction", "distill_lr", "logvar_gain"):
                     if value <= 0:
                         raise ValueError(f"{name} must be > 0, got {value!r}")
                 elif value < minimum:
@@ -341,6 +349,12 @@ def preset(name: str) -> T2VConfig:
     return PRESETS[name]
 
 
+#: The log-variance gain of the comparison method ``dab-logvar-gain`` (``head.logvar_gain``). DAB's learning rate
+#: summed over its updates, :math:`10^{-4} \times 28{,}126` with its warm-up and decay over 10 epochs of MSR-VTT's
+#: 180,000 training pairs at batch 32, is the farthest AdamW can move a parameter; the ``msrvtt-regime`` presets'
+#: 630 updates reach it at 89 times the rate, rounded to 100 (``docs/guide/dab.rst``, "The option: the
+#: log-variance gain").
+LOGVAR_GAIN = 100.0
 #: Every DAB ablation, as its changes to DAB's config (keyword arguments of
 #: :meth:`T2VConfig.replace`, applied by :func:`ablation_config`). ``bridge`` is the bridge on point embeddings
 #: projected to ``head.gaussian_dim`` (DAB's width; ``point_dim`` -1 stands for it), ``bridge-hidden`` the same
@@ -371,6 +385,7 @@ ABLATIONS: dict[str, dict[str, dict[str, Any]]] = {
     "dab-tau-fixed": {"head": {"tau_rule": "fixed"}},
     "dab-tau-matched": {"head": {"tau_rule": "matched"}},
     "dab-tau-learned": {"head": {"tau_rule": "learned"}},
+    "dab-logvar-gain": {"head": {"logvar_gain": LOGVAR_GAIN}},
 }
 #: The rows ``python -m reference_models.dab demo --ablations`` trains besides the base and DAB.
 DEMO_ABLATIONS = ("prob", "bridge-hidden", "dab-w2", "dab-T8", "dab-T64")

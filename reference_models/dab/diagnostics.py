@@ -36,6 +36,9 @@ For the queries of a split (normally the all-captions test) and its videos, :fun
   its rank by the mean term alone, as in ``variance_moves`` (also ``by_kind.<kind>``). Unlike the mean part above,
   which divides by the text variance, this term leaves the variances out entirely, so "decided by the means" read
   off it does rule the variances out;
+* ``text_sigma2_vs_own_rank``: Spearman (:func:`spearman_interval`) of each query's mean text variance and its own
+  video's rank by the whole cost (a text variance that says how hard a query is correlates positively), and
+  ``video_sigma2_vs_events``: of each video's mean variance and its number of events (when known);
 * ``scale``: the mean norm of the (bridged) text means and of the video means (unnormalised, against the unit
   vectors of the cosine) and ``cost_sd_per_query``, the mean over queries of the s.d. of the cost over the videos
   (divided by the PAC temperature it is the spread of the PAC logits, to set against the base's scaled cosine).
@@ -226,6 +229,10 @@ def gaussian_diagnostics(text: DiagonalGaussian, bridged: DiagonalGaussian, vide
         "own_pairs": own_variance / (own_mean + own_variance) if own_mean + own_variance > 0 else 0.0,
     }
     full, by_mean, by_free = torch.cat(full_ranks), torch.cat(mean_ranks), torch.cat(free_ranks)
+    if full.numel() >= 3:  # does the text variance say how hard the query is (its own video's rank)?
+        result["text_sigma2_vs_own_rank"] = spearman_interval(text_s2, full.double())
+    if video_events is not None and len(video_events) >= 3 and len(set(video_events)) > 1:
+        result["video_sigma2_vs_events"] = spearman_interval(video_s2, [float(e) for e in video_events])
     total = mean_total + variance_total
     result["variance_moves"] = _moves(full, by_mean)
     result["variance_free"] = {"mean_term_share": free_total / total if total > 0 else 0.0,

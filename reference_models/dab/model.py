@@ -259,8 +259,10 @@ class T2VModel(nn.Module):
         self.xpool = XPoolAttention(point_dim, b.heads) if b.pooling == "xpool" else None
         if h.gaussian:
             start = cast(LogVarWeightInit, h.logvar_weights)  # checked by the config
-            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim, logvar_weight_init=start)
-            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim, logvar_weight_init=start)
+            self.gaussian_head = GaussianEmbeddingHead(b.hidden, h.gaussian_dim, logvar_weight_init=start,
+                                                       logvar_gain=h.logvar_gain)
+            self.token_head = TokenUncertaintyHead(b.hidden, h.gaussian_dim, logvar_weight_init=start,
+                                                   logvar_gain=h.logvar_gain)
             if h.mean_init == "identity":  # the Gaussian mean starts as the (layer-normalised) embedding itself
                 nn.init.eye_(self.gaussian_head.mean.weight)
                 nn.init.zeros_(self.gaussian_head.mean.bias)
