@@ -2,7 +2,8 @@
 
 ``index``
     A folder of videos (and optionally captions) -> a gallery (:mod:`reference_models.videos.indexing`);
-    again on a folder that changed, only the new and changed videos are encoded.
+    again on a folder that changed, only the new and changed videos are encoded. Under ``torchrun`` every
+    process encodes its share of the videos on its own device (:mod:`reference_models.videos.sharding`).
 ``search``
     Free-text queries over a gallery, zero-shot or with ``--checkpoint`` (:mod:`reference_models.videos.answers`).
 ``serve``
@@ -61,6 +62,10 @@ def _risk(text: str) -> float:
     return value
 
 
+#: ``index --dist-timeout``'s default: the processes that finish their share first wait this long for the others.
+INDEX_DIST_TIMEOUT_S = 7200.0
+
+
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -93,10 +98,14 @@ def _add_index_parser(sub: Any) -> None:
                    help="videos per part file written (default: 16; an interrupted run loses at most one part)")
     p.add_argument("--strict", action="store_true", help="exit 2 when any video or caption had a problem")
     p.add_argument("--device", type=engine.device_arg, default=_default_device(),
-                   help="torch device of the encoder (default: cuda when available, else cpu)")
+                   help="torch device of the encoder (default: cuda when available, else cpu; under torchrun, cuda is "
+                        "each process's cuda:LOCAL_RANK)")
     p.add_argument("--seed", type=engine.int_at_least(0), default=0,
                    help="seed of the split draw and of the weights of --pretrained none (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--dist-timeout", type=engine.positive_number, default=INDEX_DIST_TIMEOUT_S, metavar="SECONDS",
+                   help="under torchrun: how long a process that finished its share waits for the others, and the "
+                        f"start waits for every process (default: {INDEX_DIST_TIMEOUT_S:g})")
     engine.add_threads_argument(p)
 
 
@@ -177,21 +186,35 @@ def run_index(args: argparse.Namespace) -> int:
             raise engine.UserError(f"--pretrained is required for --model {args.model} (an open_clip tag, a weights "
                                    "file, or none)")
         pretrained = BUNDLED_WEIGHTS
+    ranks = engine.launched_ranks()  # under torchrun: (rank, world size, local rank)
+    device = args.device
+    if ranks is not None:
+        try:
+            device = str(engine.rank_device(args.device, ranks[2]))
+        except engine.UserError as exc:
+            if ranks[0] != 0:  # the same line from every process would say nothing more
+                raise engine.PeerStoppedError(str(exc)) from None
+            raise
     settings = IndexSettings(
         videos=args.videos, out=args.out, model=args.model, pretrained=pretrained, captions=args.captions,
         collection=args.collection, visual_feature=args.visual_feature,
         sampling=Sampling(fps=args.fps, max_frames=args.max_frames), batch_size=args.batch_size,
-        workers=args.workers, part_videos=args.part_videos, device=args.device, seed=args.seed, strict=args.strict)
-    try:
-        report = run_index(settings, show_progress=not args.no_progress)
-    except EncoderError as exc:
-        raise engine.UserError(str(exc)) from None
+        workers=args.workers, part_videos=args.part_videos, device=device, seed=args.seed, strict=args.strict)
+    # the processes of a torchrun run exchange file names, digests and counts only: gloo, whatever the device
+    with engine.process_group_from_environment("cpu", args.dist_timeout) as run:
+        try:
+            report = run_index(settings, show_progress=not args.no_progress, run=run)
+        except EncoderError as exc:
+            raise engine.UserError(str(exc)) from None
+    if not run.is_writer:  # rank 0 reports for every process
+        return 0
     captions = (f"captions train/val/test {report.captions.get('train', 0)}/{report.captions.get('val', 0)}/"
                 f"{report.captions.get('test', 0)}" if report.captions else "no captions")
     search = report.search_index
     calibrated = (f"calibrated on {search['calibrated_on']} held-out captions" if search.get("calibrated_on")
                   else "not calibrated (no held-out captions)")
-    print(f"indexed {report.videos} videos: {len(report.encoded)} encoded ({report.frames} frames), "
+    processes = f" by {len(report.processes)} processes" if len(report.processes) > 1 else ""
+    print(f"indexed {report.videos} videos: {len(report.encoded)} encoded{processes} ({report.frames} frames), "
           f"{len(report.unchanged)} unchanged, {len(report.removed)} removed, {len(report.problems)} problems; "
           f"{captions}; zero-shot search {calibrated}; report: {Path(args.out) / 'index_report.json'} "
           f"({report.seconds:.1f}s)")
