@@ -146,6 +146,11 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-batch", type=engine.int_at_least(1), default=64, help="queries per batch (default: 64)")
     p.add_argument("--stop-after", type=engine.int_at_least(1), metavar="N",
                    help="stop after answering N requests (scripted trials); default: run until Ctrl-C")
+    p.add_argument("--workers", type=engine.int_at_least(1), default=1,
+                   help="1: one process, Werkzeug's threaded server (default); N > 1: N gunicorn worker processes "
+                        "(Linux, macOS) sharing the loaded model and index, each with --threads / N CPU threads")
+    p.add_argument("--worker-threads", type=engine.int_at_least(1), default=16, metavar="N",
+                   help="with --workers N > 1: requests each worker takes at once, their queries batched (default: 16)")
     p.add_argument("--device", type=engine.device_arg, default=_default_device(),
                    help="torch device (default: cuda when available, else cpu)")
     engine.add_threads_argument(p)
@@ -269,42 +274,34 @@ def run_search(args: argparse.Namespace) -> int:
 def run_serve(args: argparse.Namespace) -> int:
     """``serve``: until Ctrl-C (or ``--stop-after`` requests); exit 0."""
     _require_video_extra("flask")
-    import threading
-
-    from werkzeug.serving import make_server
-
-    from reference_models.videos.service import QueryBatcher, create_app, gallery_thumbnails
+    from reference_models.videos.service import gallery_thumbnails
+    from reference_models.videos.serving import gunicorn_available, serve_one_process, serve_worker_processes
 
     if not (args.batch_window_ms >= 0 and args.batch_window_ms < 1e4):
         raise engine.UserError(f"--batch-window-ms must be in [0, 10000), got {args.batch_window_ms}")
+    workers = args.workers
+    if workers > 1 and not gunicorn_available():
+        raise engine.UserError(f"--workers {workers} needs gunicorn (Linux or macOS): pip install gunicorn, or serve "
+                               "in one process with --workers 1")
+    threads = torch.get_num_threads()
+    if workers > 1:  # the answerer is loaded before the workers are forked: one thread, see serving's documentation
+        torch.set_num_threads(1)
     answerer = _answerer(args)
-    batcher = QueryBatcher(answerer, window_s=args.batch_window_ms / 1e3, max_batch=args.max_batch)
-    app = create_app(batcher, gallery_thumbnails(answerer.gallery))
-    try:
-        server = make_server(args.host, args.port, app, threaded=True)
-    except OSError as exc:
-        batcher.close()
-        raise engine.UserError(f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})") from None
-    if args.stop_after:
-        served = {"n": 0}
-
-        @app.after_request
-        def count(response: Any) -> Any:
-            served["n"] += 1
-            if served["n"] >= args.stop_after:
-                threading.Thread(target=server.shutdown, daemon=True).start()
-            return response
-
     mode = "zero-shot" if args.checkpoint is None else f"checkpoint {args.checkpoint}"
-    print(f"serving {answerer.num_videos} videos ({mode}) on http://{args.host}:{server.server_port}/ (Ctrl-C stops)",
-          flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        batcher.close()
+    how = f" with {workers} worker processes" if workers > 1 else ""
+
+    def announce(port: int) -> None:
+        print(f"serving {answerer.num_videos} videos ({mode}) on http://{args.host}:{port}/{how} (Ctrl-C stops)",
+              flush=True)
+
+    options = {"host": args.host, "port": args.port, "window_s": args.batch_window_ms / 1e3,
+               "max_batch": args.max_batch, "stop_after": args.stop_after, "announce": announce}
+    thumbnails = gallery_thumbnails(answerer.gallery)
+    if workers > 1:
+        serve_worker_processes(answerer, thumbnails, workers=workers, worker_threads=args.worker_threads,
+                               torch_threads=max(1, threads // workers), **options)
+    else:
+        serve_one_process(answerer, thumbnails, **options)
     return 0
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import queue
 import threading
 import time
@@ -242,8 +243,9 @@ def gallery_thumbnails(gallery: GalleryFiles) -> Thumbnails:
     return Thumbnails(folder, files, {vid: float(entry["duration"]) for vid, entry in times.items()})
 
 
-def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
-    """The Flask app of the service (see the module documentation)."""
+def create_app(batcher: QueryBatcher, thumbnails: Thumbnails, *, workers: int = 1) -> Any:
+    """The Flask app of the service (see the module documentation); ``workers``: the processes serving it, for
+    ``GET /health`` (:mod:`reference_models.videos.serving`)."""
     from flask import Flask, Response, jsonify, request
     from werkzeug.exceptions import HTTPException
 
@@ -279,7 +281,8 @@ def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
         return jsonify({"status": "ok", "videos": answerer.num_videos, "mode": answerer.mode,
                         "calibrated": answerer.calibrated, "uptime_s": round(time.time() - started, 1),
                         "batching": {"window_ms": 1e3 * batcher.window_s, "batches": batcher.batches,
-                                     "answered": batcher.answered}})
+                                     "answered": batcher.answered},
+                        "server": {"workers": workers, "process": os.getpid()}})
 
     @app.post("/search")
     def search() -> Any:
