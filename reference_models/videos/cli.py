@@ -146,9 +146,11 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-batch", type=engine.int_at_least(1), default=64, help="queries per batch (default: 64)")
     p.add_argument("--stop-after", type=engine.int_at_least(1), metavar="N",
                    help="stop after answering N requests (scripted trials); default: run until Ctrl-C")
-    p.add_argument("--workers", type=engine.int_at_least(1), default=1,
-                   help="1: one process, Werkzeug's threaded server (default); N > 1: N gunicorn worker processes "
-                        "(Linux, macOS) sharing the loaded model and index, each with --threads / N CPU threads")
+    p.add_argument("--workers", type=engine.int_at_least(1),
+                   help="N > 1: N gunicorn worker processes (Linux, macOS) sharing the loaded model and index, each "
+                        "with --threads / N CPU threads and batching its own requests; 1: one process, Werkzeug's "
+                        "threaded server batching every request's query (default: one worker per CPU thread on the "
+                        "CPU where gunicorn is installed, else 1)")
     p.add_argument("--worker-threads", type=engine.int_at_least(1), default=16, metavar="N",
                    help="with --workers N > 1: requests each worker takes at once, their queries batched (default: 16)")
     p.add_argument("--device", type=engine.device_arg, default=_default_device(),
@@ -271,6 +273,22 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_workers(args: argparse.Namespace, threads: int, gunicorn: bool) -> int:
+    """``--workers``, or its default: one worker process per CPU thread on the CPU where gunicorn is installed (they
+    held more load than one process on two cores: docs/guide/larger_collections.rst), else one process."""
+    on_cpu = torch.device(args.device).type == "cpu"
+    if args.workers is None:
+        return threads if on_cpu and gunicorn else 1
+    if args.workers > 1 and not gunicorn:
+        raise engine.UserError(f"--workers {args.workers} needs gunicorn (Linux or macOS): pip install gunicorn, or "
+                               "serve in one process with --workers 1")
+    if args.workers > 1 and not on_cpu:
+        raise engine.UserError(f"--workers {args.workers} with --device {args.device}: the worker processes are forked "
+                               "after the model is loaded, which a GPU's runtime does not allow; on a GPU one process "
+                               "batches the queries (--workers 1)")
+    return int(args.workers)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """``serve``: until Ctrl-C (or ``--stop-after`` requests); exit 0."""
     _require_video_extra("flask")
@@ -279,11 +297,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if not (args.batch_window_ms >= 0 and args.batch_window_ms < 1e4):
         raise engine.UserError(f"--batch-window-ms must be in [0, 10000), got {args.batch_window_ms}")
-    workers = args.workers
-    if workers > 1 and not gunicorn_available():
-        raise engine.UserError(f"--workers {workers} needs gunicorn (Linux or macOS): pip install gunicorn, or serve "
-                               "in one process with --workers 1")
-    threads = torch.get_num_threads()
+    threads = torch.get_num_threads()  # the CPU threads of the service (--threads, else engine's choice)
+    workers = _serve_workers(args, threads, gunicorn_available())
     if workers > 1:  # the answerer is loaded before the workers are forked: one thread, see serving's documentation
         torch.set_num_threads(1)
     answerer = _answerer(args)

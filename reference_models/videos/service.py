@@ -1,10 +1,11 @@
 """``serve``: the search as a small HTTP service and a page, on Flask.
 
-Why Flask with Werkzeug's threaded server: the service is for local use (bound to 127.0.0.1 unless ``--host``
-says otherwise), one process holding one model; Flask is a small, well-kept WSGI framework with no async
-layer to reason about, its threaded server answers concurrent requests, and the app is plain WSGI, so it can
-be put behind any WSGI server (gunicorn, waitress) without a change. The model runs in one thread only
-(:class:`QueryBatcher`), so concurrent requests never share the model.
+Why Flask: the service is for local use (bound to 127.0.0.1 unless ``--host`` says otherwise); Flask is a
+small, well-kept WSGI framework with no async layer to reason about, and the app is plain WSGI, so any WSGI
+server runs it unchanged. :mod:`reference_models.videos.serving` runs it in gunicorn worker processes that share
+the loaded model (``serve``'s default on the CPU where gunicorn is installed) or in one process with Werkzeug's
+threaded server. In each process the model runs in one thread only (:class:`QueryBatcher`), so concurrent
+requests never share the model.
 
 Routes:
 

@@ -17,6 +17,12 @@ ran one: :func:`serve_worker_processes` therefore needs an answerer loaded with 
 after the fork.
 
 Both stop on Ctrl-C, or by themselves after ``stop_after`` requests (scripted trials, the tests).
+
+``serve`` uses worker processes by default on the CPU where gunicorn is installed (one per CPU thread, one thread
+each): at 10,000 videos on two cores they held more load than the one process (``benchmarks/serve_load.py``;
+``docs/guide/larger_collections.rst``), since each has its own interpreter lock for the Python work of its requests
+while the other's model computes. On a GPU the one process serves (a GPU's runtime cannot be used in a process
+forked after it started), and so it does where gunicorn is not installed (Windows).
 """
 
 from __future__ import annotations
