@@ -9,18 +9,23 @@ from __future__ import annotations
 import os
 import signal
 
-from reference_models.engine import exit_process
-from reference_models.videos import indexing
-from reference_models.videos.cli import main
 
-if os.environ.get("RANK") == os.environ["KILLED_RANK"]:
-    write_part = indexing._write_part
+def main() -> None:
+    from reference_models.engine import exit_process
+    from reference_models.videos import indexing
+    from reference_models.videos.cli import main as cli_main
 
-    def write_then_die(parts, encoded):
-        path = write_part(parts, encoded)
-        os.kill(os.getpid(), signal.SIGKILL)
-        return path
+    if os.environ.get("RANK") == os.environ["KILLED_RANK"]:
+        write_part = indexing._write_part
 
-    indexing._write_part = write_then_die
+        def write_then_die(parts, encoded):
+            path = write_part(parts, encoded)
+            os.kill(os.getpid(), signal.SIGKILL)
+            return path
 
-exit_process(main())
+        indexing._write_part = write_then_die
+    exit_process(cli_main())
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -194,6 +195,9 @@ def test_worker_processes_answer_as_one_process_does_and_stop_by_themselves(serv
         assert "(zero-shot) on http://127.0.0.1:" in line and "with 2 worker processes" in line, (
             line + (proc.stderr.read() if proc.stderr else ""))
         port = int(line.split("http://127.0.0.1:", 1)[1].split("/")[0])
+        deadline = time.monotonic() + 60  # the socket listens first; then the master forks the workers
+        while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         workers = _children(proc.pid)
         assert len(workers) == 2  # forked once the model and the index were loaded
         status, data, _ = _request(port, "GET", "/health")
