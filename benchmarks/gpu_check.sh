@@ -20,6 +20,9 @@
 #    its training time per epoch and test SumR (docs/guide/distributed.rst, "torchrun").
 # 5. Where the video extra is installed: the own-videos index on CUDA against the encoder alone
 #    (benchmarks/own_videos.py --device cuda --parts index; docs/guide/own_videos.rst).
+# 6. Where the video extra is installed: the own-videos index under torchrun on 1 GPU and, where `nvidia-smi -L`
+#    lists more, on every GPU (one process per GPU, each on cuda:LOCAL_RANK), frames per second against the
+#    encoder alone in as many processes (benchmarks/sharded_index.py; docs/guide/larger_collections.rst).
 #
 # Expected wall time on one H200: about 1 minute of tests, under 1 minute for FlexibleOT (most of it compiling),
 # 1-2 minutes to write the data, under 1 minute per run (leg 4: two more runs of under 1 minute each).
@@ -102,6 +105,11 @@ fi
 if "$PY" -c "import open_clip, av" 2>/dev/null; then
   echo "== own videos: index on CUDA, frames/s against the encoder alone =="
   "$PY" benchmarks/own_videos.py --device cuda --videos 48 --batch-size 128 --workers 4 --parts index
+  counts=1
+  [ "${gpus:-0}" -gt 1 ] && counts="1,$gpus"
+  echo "== own videos: index under torchrun on $counts GPU(s), frames/s against the encoder alone =="
+  "$PY" benchmarks/sharded_index.py --device cuda --processes "$counts" --videos 96 --batch-size 128 --workers 4 \
+    --threads "$(nproc)" --repeats 1
 else
   echo "== own videos: open_clip or av is not installed (pip install torch torchvision pairs, then .[video]): skipped =="
 fi

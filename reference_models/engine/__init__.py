@@ -45,7 +45,9 @@ from reference_models.engine.distributed import (
     PeerStoppedError,
     ProcessGroupError,
     exit_process,
+    launched_ranks,
     process_group_from_environment,
+    rank_device,
     shard_bounds,
 )
 from reference_models.engine.errors import (
@@ -96,7 +98,9 @@ __all__ = [
     "clip_gradients", "build_scheduler", "warmup_linear_decay", "bert_warmup_linear", "LR_SCHEDULES",
     "GRAD_CLIP_MODES",
     "fingerprint_differences",
-    "DistributedRun", "PeerStoppedError", "ProcessGroupError", "exit_process", "process_group_from_environment", "shard_bounds",
+    "DistributedRun", "PeerStoppedError", "ProcessGroupError", "exit_process", "launched_ranks", "process_group_from_environment",
+    "rank_device",
+    "shard_bounds",
     "add_distributed_arguments", "add_host_memory_argument",
     "run_logger", "tensorboard_writer", "progress",
     "EXIT_USER_ERROR", "OneLineParser", "int_at_least", "positive_number", "device_arg", "add_device_arguments", "add_threads_argument",

@@ -53,6 +53,7 @@ __all__ = [
     "exit_process",
     "launched_ranks",
     "process_group_from_environment",
+    "rank_device",
     "shard_bounds",
     "quiet_logger",
 ]
@@ -189,6 +190,36 @@ class DistributedRun:
             raise PeerStoppedError(f"rank {self.rank}: rank 0 stopped the run (it says why)")
         return result
 
+    def on_every_rank(self, action: Callable[[], T]) -> T:
+        """Run ``action`` on every rank and go on only if it succeeded on all of them.
+
+        A rank whose ``action`` failed raises its own error (one line from each rank that failed); the
+        ranks where it succeeded raise :class:`PeerStoppedError` (quiet) instead of waiting at the next
+        collective for a rank that left. With one process: ``action()``.
+        """
+        if not self.is_distributed:
+            return action()
+        ok = False
+        try:
+            result = action()
+            ok = True
+        finally:
+            agreed = self.all_succeeded(ok)
+        if not agreed:
+            raise PeerStoppedError(f"rank {self.rank}: another rank stopped the run (it says why)")
+        return result
+
+    def broadcast_object(self, value: T) -> T:
+        """Rank 0's ``value`` (a plain picklable value) on every rank; ``value`` itself with one process.
+
+        The value travels between the run's own processes (``torch.distributed.broadcast_object_list``).
+        """
+        if not self.is_distributed:
+            return value
+        box: list[Any] = [value if self.is_writer else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def gather_to_writer(self, value: Any) -> list[Any] | None:
         """Every rank's ``value`` (plain values and CPU tensors) in rank order on rank 0, ``None`` elsewhere.
 
@@ -228,8 +259,15 @@ def launched_ranks(environ: Mapping[str, str] | None = None) -> tuple[int, int, 
     return rank, world, local
 
 
-def _rank_device(device: str | torch.device, local_rank: int) -> torch.device:
-    """The device of rank ``local_rank`` on its machine: ``cuda:LOCAL_RANK`` for ``cuda``, else ``device``."""
+def rank_device(device: str | torch.device, local_rank: int) -> torch.device:
+    """The device of the process ``local_rank`` on its machine: ``cuda:LOCAL_RANK`` for ``cuda``, else ``device``.
+
+    Raises
+    ------
+    ProcessGroupError
+        For a numbered CUDA device (each process takes its own), or when the machine has fewer CUDA devices
+        than ``local_rank + 1``.
+    """
     device = torch.device(device)
     if device.type != "cuda":
         return device
@@ -257,7 +295,7 @@ def process_group_from_environment(device: str | torch.device,
         yield DistributedRun(device=torch.device(device))
         return
     rank, world, local = ranks
-    run_device = _rank_device(device, local)
+    run_device = rank_device(device, local)
     backend = "nccl" if run_device.type == "cuda" else "gloo"
     if run_device.type == "cuda":
         torch.cuda.set_device(run_device)

@@ -2,7 +2,8 @@
 
 ``index``
     A folder of videos (and optionally captions) -> a gallery (:mod:`reference_models.videos.indexing`);
-    again on a folder that changed, only the new and changed videos are encoded.
+    again on a folder that changed, only the new and changed videos are encoded. Under ``torchrun`` every
+    process encodes its share of the videos on its own device (:mod:`reference_models.videos.sharding`).
 ``search``
     Free-text queries over a gallery, zero-shot or with ``--checkpoint`` (:mod:`reference_models.videos.answers`).
 ``serve``
@@ -61,6 +62,10 @@ def _risk(text: str) -> float:
     return value
 
 
+#: ``index --dist-timeout``'s default: the processes that finish their share first wait this long for the others.
+INDEX_DIST_TIMEOUT_S = 7200.0
+
+
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -93,10 +98,14 @@ def _add_index_parser(sub: Any) -> None:
                    help="videos per part file written (default: 16; an interrupted run loses at most one part)")
     p.add_argument("--strict", action="store_true", help="exit 2 when any video or caption had a problem")
     p.add_argument("--device", type=engine.device_arg, default=_default_device(),
-                   help="torch device of the encoder (default: cuda when available, else cpu)")
+                   help="torch device of the encoder (default: cuda when available, else cpu; under torchrun, cuda is "
+                        "each process's cuda:LOCAL_RANK)")
     p.add_argument("--seed", type=engine.int_at_least(0), default=0,
                    help="seed of the split draw and of the weights of --pretrained none (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--dist-timeout", type=engine.positive_number, default=INDEX_DIST_TIMEOUT_S, metavar="SECONDS",
+                   help="under torchrun: how long a process that finished its share waits for the others, and the "
+                        f"start waits for every process (default: {INDEX_DIST_TIMEOUT_S:g})")
     engine.add_threads_argument(p)
 
 
@@ -137,6 +146,13 @@ def _add_serve_parser(sub: Any) -> None:
     p.add_argument("--max-batch", type=engine.int_at_least(1), default=64, help="queries per batch (default: 64)")
     p.add_argument("--stop-after", type=engine.int_at_least(1), metavar="N",
                    help="stop after answering N requests (scripted trials); default: run until Ctrl-C")
+    p.add_argument("--workers", type=engine.int_at_least(1),
+                   help="N > 1: N gunicorn worker processes (Linux, macOS) sharing the loaded model and index, each "
+                        "with --threads / N CPU threads and batching its own requests; 1: one process, Werkzeug's "
+                        "threaded server batching every request's query (default: one worker per CPU thread on the "
+                        "CPU where gunicorn is installed, else 1)")
+    p.add_argument("--worker-threads", type=engine.int_at_least(1), default=16, metavar="N",
+                   help="with --workers N > 1: requests each worker takes at once, their queries batched (default: 16)")
     p.add_argument("--device", type=engine.device_arg, default=_default_device(),
                    help="torch device (default: cuda when available, else cpu)")
     engine.add_threads_argument(p)
@@ -177,21 +193,35 @@ def run_index(args: argparse.Namespace) -> int:
             raise engine.UserError(f"--pretrained is required for --model {args.model} (an open_clip tag, a weights "
                                    "file, or none)")
         pretrained = BUNDLED_WEIGHTS
+    ranks = engine.launched_ranks()  # under torchrun: (rank, world size, local rank)
+    device = args.device
+    if ranks is not None:
+        try:
+            device = str(engine.rank_device(args.device, ranks[2]))
+        except engine.UserError as exc:
+            if ranks[0] != 0:  # the same line from every process would say nothing more
+                raise engine.PeerStoppedError(str(exc)) from None
+            raise
     settings = IndexSettings(
         videos=args.videos, out=args.out, model=args.model, pretrained=pretrained, captions=args.captions,
         collection=args.collection, visual_feature=args.visual_feature,
         sampling=Sampling(fps=args.fps, max_frames=args.max_frames), batch_size=args.batch_size,
-        workers=args.workers, part_videos=args.part_videos, device=args.device, seed=args.seed, strict=args.strict)
-    try:
-        report = run_index(settings, show_progress=not args.no_progress)
-    except EncoderError as exc:
-        raise engine.UserError(str(exc)) from None
+        workers=args.workers, part_videos=args.part_videos, device=device, seed=args.seed, strict=args.strict)
+    # the processes of a torchrun run exchange file names, digests and counts only: gloo, whatever the device
+    with engine.process_group_from_environment("cpu", args.dist_timeout) as run:
+        try:
+            report = run_index(settings, show_progress=not args.no_progress, run=run)
+        except EncoderError as exc:
+            raise engine.UserError(str(exc)) from None
+    if not run.is_writer:  # rank 0 reports for every process
+        return 0
     captions = (f"captions train/val/test {report.captions.get('train', 0)}/{report.captions.get('val', 0)}/"
                 f"{report.captions.get('test', 0)}" if report.captions else "no captions")
     search = report.search_index
     calibrated = (f"calibrated on {search['calibrated_on']} held-out captions" if search.get("calibrated_on")
                   else "not calibrated (no held-out captions)")
-    print(f"indexed {report.videos} videos: {len(report.encoded)} encoded ({report.frames} frames), "
+    processes = f" by {len(report.processes)} processes" if len(report.processes) > 1 else ""
+    print(f"indexed {report.videos} videos: {len(report.encoded)} encoded{processes} ({report.frames} frames), "
           f"{len(report.unchanged)} unchanged, {len(report.removed)} removed, {len(report.problems)} problems; "
           f"{captions}; zero-shot search {calibrated}; report: {Path(args.out) / 'index_report.json'} "
           f"({report.seconds:.1f}s)")
@@ -243,45 +273,50 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_workers(args: argparse.Namespace, threads: int, gunicorn: bool) -> int:
+    """``--workers``, or its default: one worker process per CPU thread on the CPU where gunicorn is installed (they
+    held more load than one process on two cores: docs/guide/larger_collections.rst), else one process."""
+    on_cpu = torch.device(args.device).type == "cpu"
+    if args.workers is None:
+        return threads if on_cpu and gunicorn else 1
+    if args.workers > 1 and not gunicorn:
+        raise engine.UserError(f"--workers {args.workers} needs gunicorn (Linux or macOS): pip install gunicorn, or "
+                               "serve in one process with --workers 1")
+    if args.workers > 1 and not on_cpu:
+        raise engine.UserError(f"--workers {args.workers} with --device {args.device}: the worker processes are forked "
+                               "after the model is loaded, which a GPU's runtime does not allow; on a GPU one process "
+                               "batches the queries (--workers 1)")
+    return int(args.workers)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     """``serve``: until Ctrl-C (or ``--stop-after`` requests); exit 0."""
     _require_video_extra("flask")
-    import threading
-
-    from werkzeug.serving import make_server
-
-    from reference_models.videos.service import QueryBatcher, create_app, gallery_thumbnails
+    from reference_models.videos.service import gallery_thumbnails
+    from reference_models.videos.serving import gunicorn_available, serve_one_process, serve_worker_processes
 
     if not (args.batch_window_ms >= 0 and args.batch_window_ms < 1e4):
         raise engine.UserError(f"--batch-window-ms must be in [0, 10000), got {args.batch_window_ms}")
+    threads = torch.get_num_threads()  # the CPU threads of the service (--threads, else engine's choice)
+    workers = _serve_workers(args, threads, gunicorn_available())
+    if workers > 1:  # the answerer is loaded before the workers are forked: one thread, see serving's documentation
+        torch.set_num_threads(1)
     answerer = _answerer(args)
-    batcher = QueryBatcher(answerer, window_s=args.batch_window_ms / 1e3, max_batch=args.max_batch)
-    app = create_app(batcher, gallery_thumbnails(answerer.gallery))
-    try:
-        server = make_server(args.host, args.port, app, threaded=True)
-    except OSError as exc:
-        batcher.close()
-        raise engine.UserError(f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})") from None
-    if args.stop_after:
-        served = {"n": 0}
-
-        @app.after_request
-        def count(response: Any) -> Any:
-            served["n"] += 1
-            if served["n"] >= args.stop_after:
-                threading.Thread(target=server.shutdown, daemon=True).start()
-            return response
-
     mode = "zero-shot" if args.checkpoint is None else f"checkpoint {args.checkpoint}"
-    print(f"serving {answerer.num_videos} videos ({mode}) on http://{args.host}:{server.server_port}/ (Ctrl-C stops)",
-          flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        batcher.close()
+    how = f" with {workers} worker processes" if workers > 1 else ""
+
+    def announce(port: int) -> None:
+        print(f"serving {answerer.num_videos} videos ({mode}) on http://{args.host}:{port}/{how} (Ctrl-C stops)",
+              flush=True)
+
+    options = {"host": args.host, "port": args.port, "window_s": args.batch_window_ms / 1e3,
+               "max_batch": args.max_batch, "stop_after": args.stop_after, "announce": announce}
+    thumbnails = gallery_thumbnails(answerer.gallery)
+    if workers > 1:
+        serve_worker_processes(answerer, thumbnails, workers=workers, worker_threads=args.worker_threads,
+                               torch_threads=max(1, threads // workers), **options)
+    else:
+        serve_one_process(answerer, thumbnails, **options)
     return 0
 
 

@@ -19,9 +19,10 @@ What is written, and where, is :mod:`reference_models.videos.gallery`'s layout; 
    and changed videos are added, those of the removed ones dropped, the others kept as saved, and the
    calibration on the held-out captions (the ``val`` split) is fitted again.
 
-:func:`encode_videos` is the per-video work: it takes a list of videos and writes parts, so that a sharded
-run (several processes, each with its share of the list, writing into the same ``parts`` folder) is an
-addition.
+:func:`encode_videos` is the per-video work: it takes a list of videos and writes parts. Under ``torchrun``
+the same steps run in several processes (:mod:`reference_models.videos.sharding`): the digests to read and the
+videos to encode are shared out by size, every process writes its parts into the one ``parts`` folder, and
+rank 0 alone assembles the gallery (step 3) and updates the search index (step 4).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +49,7 @@ from reference_models.videos.decoding import VIDEO_SUFFIXES, SampledVideo, decod
 from reference_models.videos.gallery import (
     ENCODER_CONFIG,
     GALLERY_FILE,
+    PARTS_DIR,
     REPORT_FILE,
     EncodedVideo,
     GalleryFiles,
@@ -54,9 +57,10 @@ from reference_models.videos.gallery import (
     part_contents,
     read_part,
 )
+from reference_models.videos.sharding import RankSummary, balanced_shares
 
-__all__ = ["IndexSettings", "IndexReport", "VideoFile", "Sampling", "scan_videos", "encode_videos", "run_index",
-           "gallery_record"]
+__all__ = ["IndexSettings", "IndexReport", "VideoFile", "ListedVideo", "Sampling", "list_videos", "scan_videos",
+           "file_digest", "encode_videos", "run_index", "gallery_record"]
 
 #: The ``format`` of ``gallery.json``.
 GALLERY_FORMAT = 1
@@ -121,6 +125,7 @@ class IndexReport:
     seconds: float = 0.0
     video_seconds: float = 0.0  # of ``seconds``: decoding and encoding the new videos
     search_index: dict[str, Any] = field(default_factory=dict)
+    processes: list[dict[str, Any]] = field(default_factory=list)  # each rank's counts (RankSummary.to_dict)
 
     def add(self, kind: str, video: str, detail: str, **where: Any) -> None:
         self.problems.append({"kind": kind, "video": video, "detail": detail, **where})
@@ -130,7 +135,8 @@ class IndexReport:
         return asdict(self)
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's content (hex)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -138,32 +144,57 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def scan_videos(folder: Path, report: IndexReport, known: dict[str, dict[str, Any]] | None = None
-                ) -> tuple[dict[str, VideoFile], dict[str, dict[str, Any]]]:
-    """The videos of ``folder`` by id (sorted) and each one's ``videos.json`` entry (without a problem yet).
+@dataclass(frozen=True)
+class ListedVideo:
+    """One video file of the folder as listed: id, file, size, modification time, and its content digest when
+    the previous ``videos.json`` records this very file (same name, size and time), else ``None`` (to be read)."""
+
+    video_id: str
+    path: Path
+    size: int
+    mtime_ns: int
+    digest: str | None
+
+    def entry(self, digest: str) -> dict[str, Any]:
+        """Its ``videos.json`` entry, with ``digest``."""
+        return {"file": self.path.name, "digest": digest, "size": self.size, "mtime_ns": self.mtime_ns}
+
+
+def list_videos(folder: Path, report: IndexReport, known: dict[str, dict[str, Any]] | None = None) -> list[ListedVideo]:
+    """The video files of ``folder``, sorted by name, without reading their content.
 
     ``known``: the previous ``videos.json``; a file whose name, size and modification time it records keeps
-    its recorded digest (its content is not read again). A repeated id is a problem (the first file in name
-    order stays).
+    its recorded digest, as ``rsync`` decides. A repeated id is a problem (the first file in name order stays).
     """
     known = known or {}
-    files: dict[str, VideoFile] = {}
-    entries: dict[str, dict[str, Any]] = {}
+    listed: dict[str, ListedVideo] = {}
     for path in sorted(folder.iterdir()):
         if not path.is_file() or path.suffix.lower() not in VIDEO_SUFFIXES:
             report.ignored_files += int(path.is_file())
             continue
-        if path.stem in files:
+        if path.stem in listed:
             report.add("duplicate_video_id", path.stem, f"duplicate video id: {path.name} and "
-                       f"{files[path.stem].path.name} (the second is skipped)", file=path.name)
+                       f"{listed[path.stem].path.name} (the second is skipped)", file=path.name)
             continue
         stat = path.stat()
         before = known.get(path.stem, {})
         same = (before.get("file") == path.name and before.get("size") == stat.st_size
                 and before.get("mtime_ns") == stat.st_mtime_ns and "digest" in before)
-        digest = before["digest"] if same else _file_digest(path)
-        files[path.stem] = VideoFile(path.stem, path, digest)
-        entries[path.stem] = {"file": path.name, "digest": digest, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        listed[path.stem] = ListedVideo(path.stem, path, stat.st_size, stat.st_mtime_ns,
+                                        before["digest"] if same else None)
+    return list(listed.values())
+
+
+def scan_videos(folder: Path, report: IndexReport, known: dict[str, dict[str, Any]] | None = None
+                ) -> tuple[dict[str, VideoFile], dict[str, dict[str, Any]]]:
+    """The videos of ``folder`` by id (sorted) and each one's ``videos.json`` entry (without a problem yet):
+    :func:`list_videos`, then the content digest (SHA-256) of each file whose digest is not known."""
+    files: dict[str, VideoFile] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    for video in list_videos(folder, report, known):
+        digest = video.digest if video.digest is not None else file_digest(video.path)
+        files[video.video_id] = VideoFile(video.video_id, video.path, digest)
+        entries[video.video_id] = video.entry(digest)
     return files, entries
 
 
@@ -378,24 +409,56 @@ def _assemble(gallery: GalleryFiles, files: dict[str, VideoFile], entries: dict[
     report.videos_without_captions = [vid for vid in encoded if vid not in described]
 
 
-def run_index(settings: IndexSettings, *, show_progress: bool = True) -> IndexReport:
-    """Run ``index`` (see the module documentation); returns the report (also written under ``--out``)."""
-    from reference_models.videos.saved_index import update_zero_shot_index
+@dataclass
+class _Plan:
+    """What rank 0 learns before any video is read: its encoder, the gallery, the files listed."""
 
-    start = time.perf_counter()
-    report = IndexReport()
+    encoder: ClipEncoder
+    record: dict[str, Any]
+    gallery: GalleryFiles
+    known: dict[str, dict[str, Any]]
+    listed: list[ListedVideo]
+
+
+def _plan(settings: IndexSettings, report: IndexReport) -> _Plan:
+    """Rank 0's checks, in the order that fails before anything is read or written: the flags, the encoder (a
+    misspelt --model or --pretrained), the gallery's settings; then the folder listed."""
     if not Path(settings.videos).is_dir():
         raise engine.UserError(f"--videos {settings.videos}: not a folder")
     if settings.captions is not None and not Path(settings.captions).is_file():
         raise engine.UserError(f"--captions {settings.captions}: no such file")
-    # the encoder first: a misspelt --model or --pretrained fails before anything is read or written
-    encoder = ClipEncoder(settings.model, settings.pretrained, device=settings.device, seed=settings.seed)
-    out = Path(settings.out)
+    encoder = _encoder(settings)
     record = gallery_record(settings, encoder.spec)
-    _check_same_settings(out, record)
-    gallery = GalleryFiles(out, record)
+    _check_same_settings(Path(settings.out), record)
+    gallery = GalleryFiles(Path(settings.out), record)
     known = gallery.videos()
-    files, entries = scan_videos(Path(settings.videos), report, known)
+    return _Plan(encoder, record, gallery, known, list_videos(Path(settings.videos), report, known))
+
+
+def _encoder(settings: IndexSettings) -> ClipEncoder:
+    return ClipEncoder(settings.model, settings.pretrained, device=settings.device, seed=settings.seed)
+
+
+def _read_digests(listed: list[tuple[str, str, int]], run: engine.DistributedRun, summary: RankSummary
+                  ) -> dict[str, str]:
+    """This rank's share (by size) of the files whose digest is not known yet, read: video id -> digest."""
+    share = set(balanced_shares({vid: size for vid, _, size in listed}, run.world_size)[run.rank])
+    digests = {vid: file_digest(Path(path)) for vid, path, _ in listed if vid in share}
+    summary.digests_read = len(digests)
+    return digests
+
+
+def _decide(settings: IndexSettings, plan: _Plan, digests: dict[str, str], report: IndexReport
+            ) -> tuple[dict[str, VideoFile], dict[str, dict[str, Any]], list[InputCaption], list[VideoFile]]:
+    """Rank 0, once every digest is known: the gallery's files and entries, the captions (checked), the
+    gallery's record written, and the videos to encode (those whose digest no part holds)."""
+    out, gallery, known = Path(settings.out), plan.gallery, plan.known
+    files: dict[str, VideoFile] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    for video in plan.listed:
+        digest = video.digest if video.digest is not None else digests[video.video_id]
+        files[video.video_id] = VideoFile(video.video_id, video.path, digest)
+        entries[video.video_id] = video.entry(digest)
     try:
         captions = _captions(settings, files, gallery, report)
     except engine.DataValidationError as exc:
@@ -403,8 +466,8 @@ def run_index(settings: IndexSettings, *, show_progress: bool = True) -> IndexRe
     out.mkdir(parents=True, exist_ok=True)
     if Path(settings.model).suffix == ".json":  # search re-creates the encoder from the gallery's own copy
         engine.write_text(out / ENCODER_CONFIG, Path(settings.model).read_text(encoding="utf-8"))
-    engine.write_json(out / GALLERY_FILE, record)
-
+    engine.write_json(out / GALLERY_FILE, plan.record)
+    gallery.parts.mkdir(parents=True, exist_ok=True)
     catalogue = part_catalogue(gallery.parts)
     failed = {vid: known[vid]["problem"] for vid, f in files.items()
               if "problem" in known.get(vid, {}) and known[vid].get("digest") == f.digest}
@@ -415,27 +478,102 @@ def run_index(settings: IndexSettings, *, show_progress: bool = True) -> IndexRe
     report.unchanged = sorted(vid for vid, f in files.items() if f.digest in catalogue)
     report.removed = sorted(vid for vid in known if vid not in files)
     report.changed = sorted(vid for vid in known if vid in files and known[vid].get("digest") != files[vid].digest)
+    return files, entries, captions, pending
+
+
+def _encode_share(settings: IndexSettings, encoder: ClipEncoder, pending: list[tuple[str, str, str, int]],
+                  run: engine.DistributedRun, summary: RankSummary, show_progress: bool) -> None:
+    """Decode and encode this rank's share (by size) of the videos to encode, into the gallery's parts."""
+    share = set(balanced_shares({vid: size for vid, _, _, size in pending}, run.world_size)[run.rank])
+    mine = [VideoFile(vid, Path(path), digest) for vid, path, digest, _ in pending if vid in share]
+    summary.videos = len(mine)
+    summary.bytes = sum(size for vid, _, _, size in pending if vid in share)
+    failed: set[str] = set()
 
     def on_problem(video: VideoFile, problem: str) -> None:
-        report.add(_problem_kind(problem), video.video_id, problem)
-        entries[video.video_id]["problem"] = problem
+        failed.add(video.video_id)
+        summary.problems.append({"kind": _problem_kind(problem), "video": video.video_id, "detail": problem})
+        engine.print_line("problem", f"{video.video_id}: {problem}")
 
-    update, close = _progress_bar(len(pending), show_progress)
+    update, close = _progress_bar(len(mine), show_progress and run.is_writer)
     started = time.perf_counter()
     try:
-        encode_videos(pending, encoder, gallery.parts, sampling=settings.sampling, batch_size=settings.batch_size,
-                      workers=settings.workers, part_videos=settings.part_videos, on_problem=on_problem,
-                      progress=update)
+        written = encode_videos(mine, encoder, Path(settings.out) / PARTS_DIR, sampling=settings.sampling,
+                                batch_size=settings.batch_size, workers=settings.workers,
+                                part_videos=settings.part_videos, on_problem=on_problem, progress=update)
     finally:
         close()
+    summary.seconds = time.perf_counter() - started
+    summary.encoded = sorted(v.video_id for v in mine if v.video_id not in failed)
+    summary.frames = sum(_part_frames(part) for part in written)
+
+
+def _part_frames(part: Path) -> int:
+    with np.load(part, allow_pickle=False) as data:
+        return int(data["offsets"][-1])
+
+
+def _remove_leftover_temporaries(parts: Path) -> None:
+    """The temporary files of parts whose writing was interrupted (a killed process); called once every rank is
+    done, so that none is being written."""
+    for path in parts.glob(".part-*.tmp"):
+        path.unlink(missing_ok=True)
+
+
+def run_index(settings: IndexSettings, *, show_progress: bool = True,
+              run: engine.DistributedRun | None = None) -> IndexReport:
+    """Run ``index`` (see the module documentation); returns the report (also written under ``--out``).
+
+    ``run``: this process's place in a ``torchrun`` run (:mod:`reference_models.videos.sharding`: every rank
+    calls this with its own; rank 0 returns the gallery's report, another rank a report of its own share);
+    ``None``: one process. ``settings.device`` is this process's device.
+    """
+    from reference_models.videos.saved_index import update_zero_shot_index
+
+    run = run if run is not None else engine.DistributedRun()
+    start = time.perf_counter()
+    report = IndexReport()
+    # rank 0 checks everything that can be wrong first: a mistake is one line, from one process
+    plan = run.on_writer(lambda: _plan(settings, report))
+    encoder = run.on_every_rank(lambda: plan.encoder if plan is not None else _encoder(settings))
+    summary = RankSummary(run.rank, socket.gethostname(), str(encoder.device))
+    unread = None if plan is None else [(v.video_id, str(v.path), v.size) for v in plan.listed if v.digest is None]
+    unread = run.broadcast_object(unread)
+    assert unread is not None
+    digests = run.on_every_rank(lambda: _read_digests(unread, run, summary))
+    gathered = run.gather_to_writer(digests)
+    decided = run.on_writer(lambda: _decide(settings, plan, {k: v for d in gathered for k, v in d.items()}, report)
+                            if plan is not None and gathered is not None else None)
+    pending = None if decided is None else [(f.video_id, str(f.path), f.digest, int(decided[1][f.video_id]["size"]))
+                                            for f in decided[3]]
+    pending = run.broadcast_object(pending)
+    assert pending is not None
+    started = time.perf_counter()
+    run.on_every_rank(lambda: _encode_share(settings, encoder, pending, run, summary, show_progress))
+    summaries = run.gather_to_writer(summary)
+    run.close()  # every rank is done: rank 0 goes on alone, and the others may leave
+    if summaries is None or plan is None or decided is None:  # not rank 0: the report of this rank's share
+        report.encoded, report.frames, report.video_seconds = summary.encoded, summary.frames, summary.seconds
+        report.problems = summary.problems
+        report.processes = [summary.to_dict()]
+        report.seconds = time.perf_counter() - start
+        return report
     report.video_seconds = time.perf_counter() - started
-    report.encoded = sorted(f.video_id for f in pending if "problem" not in entries[f.video_id])
+    files, entries, captions, _ = decided
+    for rank_summary in summaries:
+        for problem in rank_summary.problems:
+            entries[problem["video"]]["problem"] = problem["detail"]
+            report.problems.append({**problem, "rank": rank_summary.rank} if run.is_distributed else problem)
+    report.processes = [s.to_dict() for s in summaries]
+    report.encoded = sorted(vid for s in summaries for vid in s.encoded)
+    gallery = plan.gallery
     engine.write_json(gallery.videos_file, entries)
-    _assemble(gallery, files, entries, captions, encoder, report)
+    _assemble(gallery, files, entries, captions, plan.encoder, report)
     report.frames = _frames_of(gallery, report.encoded)
-    report.search_index = update_zero_shot_index(gallery, encoder)
+    report.search_index = update_zero_shot_index(gallery, plan.encoder)
+    _remove_leftover_temporaries(gallery.parts)
     report.seconds = time.perf_counter() - start
-    engine.write_json(out / REPORT_FILE, report.to_dict())
+    engine.write_json(Path(settings.out) / REPORT_FILE, report.to_dict())
     return report
 
 

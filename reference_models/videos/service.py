@@ -1,10 +1,11 @@
 """``serve``: the search as a small HTTP service and a page, on Flask.
 
-Why Flask with Werkzeug's threaded server: the service is for local use (bound to 127.0.0.1 unless ``--host``
-says otherwise), one process holding one model; Flask is a small, well-kept WSGI framework with no async
-layer to reason about, its threaded server answers concurrent requests, and the app is plain WSGI, so it can
-be put behind any WSGI server (gunicorn, waitress) without a change. The model runs in one thread only
-(:class:`QueryBatcher`), so concurrent requests never share the model.
+Why Flask: the service is for local use (bound to 127.0.0.1 unless ``--host`` says otherwise); Flask is a
+small, well-kept WSGI framework with no async layer to reason about, and the app is plain WSGI, so any WSGI
+server runs it unchanged. :mod:`reference_models.videos.serving` runs it in gunicorn worker processes that share
+the loaded model (``serve``'s default on the CPU where gunicorn is installed) or in one process with Werkzeug's
+threaded server. In each process the model runs in one thread only (:class:`QueryBatcher`), so concurrent
+requests never share the model.
 
 Routes:
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import queue
 import threading
 import time
@@ -242,8 +244,9 @@ def gallery_thumbnails(gallery: GalleryFiles) -> Thumbnails:
     return Thumbnails(folder, files, {vid: float(entry["duration"]) for vid, entry in times.items()})
 
 
-def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
-    """The Flask app of the service (see the module documentation)."""
+def create_app(batcher: QueryBatcher, thumbnails: Thumbnails, *, workers: int = 1) -> Any:
+    """The Flask app of the service (see the module documentation); ``workers``: the processes serving it, for
+    ``GET /health`` (:mod:`reference_models.videos.serving`)."""
     from flask import Flask, Response, jsonify, request
     from werkzeug.exceptions import HTTPException
 
@@ -279,7 +282,8 @@ def create_app(batcher: QueryBatcher, thumbnails: Thumbnails) -> Any:
         return jsonify({"status": "ok", "videos": answerer.num_videos, "mode": answerer.mode,
                         "calibrated": answerer.calibrated, "uptime_s": round(time.time() - started, 1),
                         "batching": {"window_ms": 1e3 * batcher.window_s, "batches": batcher.batches,
-                                     "answered": batcher.answered}})
+                                     "answered": batcher.answered},
+                        "server": {"workers": workers, "process": os.getpid()}})
 
     @app.post("/search")
     def search() -> Any:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,6 +165,78 @@ def test_the_serve_command_binds_loopback_and_stops_after_n_requests(gallery: di
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _children(pid: int) -> set[int]:
+    """The processes ``pid`` started (Linux's /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(c) for c in (task / "children").read_text().split())
+    return found
+
+
+def test_worker_processes_answer_as_one_process_does_and_stop_by_themselves(service: dict[str, Any]) -> None:
+    from reference_models.videos.serving import gunicorn_available
+
+    if not gunicorn_available():
+        pytest.skip("gunicorn is not installed (it runs on Linux and macOS: pip install gunicorn)")
+    searcher = service["searcher"]
+    queries = [s for _, s in held_out_captions(searcher.root)[:20]]
+    expected = {q: [h.video for h in a.results] for q, a in zip(queries, searcher.answer(queries, k=5, risk=0.3))}
+    requests = 2 * len(queries)
+    proc = subprocess.Popen([sys.executable, "-m", "reference_models.videos", "serve", "--gallery", str(searcher.root),
+                             "--port", "0", "--workers", "2", "--worker-threads", "4", "--threads", "2",
+                             "--stop-after", str(requests + 1)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**cli_env(), "OMP_NUM_THREADS": "2"})
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "(zero-shot) on http://127.0.0.1:" in line and "with 2 worker processes" in line, (
+            line + (proc.stderr.read() if proc.stderr else ""))
+        port = int(line.split("http://127.0.0.1:", 1)[1].split("/")[0])
+        deadline = time.monotonic() + 60  # the socket listens first; then the master forks the workers
+        while len(_children(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = _children(proc.pid)
+        assert len(workers) == 2  # forked once the model and the index were loaded
+        status, data, _ = _request(port, "GET", "/health")
+        health = json.loads(data)
+        assert status == 200 and health["server"]["workers"] == 2 and health["server"]["process"] in workers
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            replies = list(pool.map(lambda q: _search(port, {"query": q, "k": 5, "risk": 0.3}), queries * 2))
+        for q, (status, body) in zip(queries * 2, replies):
+            assert status == 200 and [h["video"] for h in body["answers"][0]["results"]] == expected[q], q
+        assert proc.wait(timeout=60) == 0  # it stopped by itself after the last request
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_service_uses_a_worker_per_cpu_thread_where_it_can() -> None:
+    import argparse
+
+    from reference_models import engine
+    from reference_models.videos.cli import _serve_workers
+
+    def workers(device: str, given: int | None, gunicorn: bool) -> int:
+        return _serve_workers(argparse.Namespace(device=device, workers=given), 2, gunicorn)
+
+    assert workers("cpu", None, True) == 2 and workers("cpu", None, False) == 1 and workers("cuda", None, True) == 1
+    assert workers("cpu", 1, True) == 1 and workers("cpu", 3, True) == 3
+    with pytest.raises(engine.UserError, match="--workers 2 with --device cuda: the worker processes are forked"):
+        workers("cuda", 2, True)
+
+
+def test_worker_processes_need_gunicorn(gallery: dict[str, Path], monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from reference_models.videos import serving
+    from reference_models.videos.cli import main
+
+    monkeypatch.setattr(serving, "gunicorn_available", lambda: False)
+    assert main(["serve", "--gallery", str(gallery["root"]), "--workers", "2"]) == 2
+    assert "error: --workers 2 needs gunicorn (Linux or macOS)" in capsys.readouterr().err
 
 
 # --- the page in a real browser -----------------------------------------------------------------------
