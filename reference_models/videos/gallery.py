@@ -22,6 +22,7 @@ features are found by its content digest, so a renamed file is not encoded again
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from reference_models import engine
 from reference_models.holmes.data.layout import GALLERY_RECORD, CollectionPaths
 
 __all__ = ["GALLERY_FILE", "VIDEOS_FILE", "CAPTIONS_FILE", "REPORT_FILE", "ENCODER_CONFIG", "PARTS_DIR", "SEARCH_DIR",
-           "EncodedVideo", "GalleryFiles", "read_gallery", "read_part", "part_contents", "part_catalogue"]
+           "EncodedVideo", "GalleryFiles", "file_digest", "read_gallery", "read_part", "part_contents", "part_catalogue"]
 
 GALLERY_FILE = GALLERY_RECORD
 VIDEOS_FILE = "videos.json"
@@ -41,6 +42,15 @@ REPORT_FILE = "index_report.json"
 ENCODER_CONFIG = "encoder_config.json"
 PARTS_DIR = "parts"
 SEARCH_DIR = "search"
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's content (hex): a video's identity in the gallery, a checkpoint's in a search index."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from reference_models.videos.gallery import (
     REPORT_FILE,
     EncodedVideo,
     GalleryFiles,
+    file_digest,
     part_catalogue,
     part_contents,
     read_part,
@@ -133,15 +134,6 @@ class IndexReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def file_digest(path: Path) -> str:
-    """The SHA-256 of a file's content (hex)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ and the clip segments' boundaries (:func:`reference_models.holmes.data.sampling.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +34,9 @@ from reference_models.holmes.data.split import load_gallery
 from reference_models.holmes.scoring import encode_all_videos
 from reference_models.videos.calibration import Calibration, fit_calibration
 from reference_models.videos.clip_encoder import ClipEncoder, EncoderSpec
-from reference_models.videos.gallery import GalleryFiles
+from reference_models.videos.gallery import GalleryFiles, file_digest
 
-__all__ = ["HolmesScorer", "checkpoint_digest", "clip_spans"]
-
-
-def checkpoint_digest(path: Path) -> str:
-    """The SHA-256 of a checkpoint file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+__all__ = ["HolmesScorer", "clip_spans"]
 
 
 def clip_spans(times: list[float], rate: float, duration: float, n_clips: int, boundaries: str) -> np.ndarray:
@@ -82,7 +72,7 @@ class HolmesScorer:
         self.checkpoint, self.encoder, self.device = Path(checkpoint), encoder, device
         if not self.checkpoint.is_file():
             raise engine.UserError(f"--checkpoint {self.checkpoint}: no such file")
-        self.sha256 = checkpoint_digest(self.checkpoint)
+        self.sha256 = file_digest(self.checkpoint)
         self.key = f"holmes-{self.sha256[:16]}"
         state = engine.load_checkpoint(self.checkpoint, map_location=device)
         engine.require_keys(state, self.checkpoint, ("config", "model", "visual_dim", "text_dim", "n_clips", "n_frames"))
