@@ -3,7 +3,8 @@
 Writes the generated world (:mod:`reference_models.videos.generated`) into ``OUT/world``, indexes it with the
 bundled encoder and its captions into ``OUT/gallery`` (the ``val`` captions calibrate the search), answers one
 held-out test caption of each kind, and prints how the zero-shot search does on every held-out test caption:
-R@1/5/10 per caption kind against chance, and the calibration's expected error on them.
+R@1/5/10 per caption kind against chance with the mean probability shown at ``k = 10`` (in percent, to set
+beside R@10), and the calibration's expected error on them.
 """
 
 from __future__ import annotations
@@ -59,15 +60,16 @@ def run_demo(out: Path, *, n_videos: int = 120, seed: int = 0, device: str = "cp
         if first is not None:
             examples.append(first["sentence"])
     print(format_answers(answerer.answer(examples, k=5)))
-    rows = [["captions", "n", "R@1", "R@5", "R@10", "chance R@5"]]
+    rows = [["captions", "n", "R@1", "R@5", "R@10", "chance R@5", "mean probability@10"]]
     for kind in (*CAPTION_KINDS, "all"):
         chosen = [(c, a) for c, a in pairs if kind in ("all", c["kind"])]
         if not chosen:
             continue
         rank = np.array([next((h.rank for h in a.results if h.video == c["video"]), 11) for c, a in chosen])
         recall = recall_from_ranks(rank, ks=(1, 5, 10))
+        shown = [a.probability for _, a in chosen if a.probability is not None]
         rows.append([kind, str(len(chosen))] + [f"{recall[f'R@{r}']:.1f}" for r in (1, 5, 10)]
-                    + [f"{100 * 5 / answerer.num_videos:.1f}"])
+                    + [f"{100 * 5 / answerer.num_videos:.1f}", f"{100 * np.mean(shown):.1f}" if shown else "-"])
     print(f"zero-shot on the {len(pairs)} held-out test captions over all {answerer.num_videos} videos:")
     print(format_table(rows))
     probs = np.array([a.probability for _, a in pairs if a.probability is not None])
